@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: MIT
+// moesim's command line. Exit codes: 0 ok, 2 bad input (a file, a JSON path or a flag), 1 internal.
+// This is the only place that catches errors and the only place that writes to the terminal.
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "app/input_info.hpp"
+#include "app/model_info.hpp"
+#include "core/error.hpp"
+#include "core/json_input.hpp"
+
+namespace {
+
+constexpr int kExitBadInput = 2;
+constexpr int kExitInternal = 1;
+
+struct Options {
+  bool json = false;
+  std::string model;
+  std::string hardware;
+  std::string scenario;
+  int64_t seq_len = 4096;
+  std::string describe_kind;
+  bool markdown = false;
+};
+
+void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace moesim;
+  CLI::App app{"moesim: simulator and performance model of trillion-parameter MoE training"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "moesim 0.1.0");
+  Options opt;
+
+  auto* model_cmd = app.add_subcommand("model", "Model accounting")->require_subcommand(1);
+  auto* model_info = model_cmd->add_subcommand("info", "Parameters, active parameters, weight bytes and FLOPs per token");
+  model_info->add_option("MODEL", opt.model, "Model file, or a shipped model name (kimi-k3, deepseek-v3, ...)")
+      ->required();
+  model_info->add_option("--seq", opt.seq_len, "Sequence length for the attention FLOP terms")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  model_info->add_flag("--json", opt.json, "JSON output");
+
+  auto* hw_cmd = app.add_subcommand("hardware", "Hardware files")->require_subcommand(1);
+  auto* hw_info = hw_cmd->add_subcommand("info", "Read, check and summarise a hardware file");
+  hw_info->add_option("HARDWARE", opt.hardware, "Hardware file, or a shipped hardware name")->required();
+  hw_info->add_flag("--json", opt.json, "JSON output");
+
+  auto* sc_cmd = app.add_subcommand("scenario", "Scenario files")->require_subcommand(1);
+  auto* sc_info = sc_cmd->add_subcommand("info", "Read and check a scenario with its model and hardware; summarise the plan");
+  sc_info->add_option("SCENARIO", opt.scenario, "Scenario file, or a shipped scenario name (default: the embedded default)");
+  sc_info->add_flag("--json", opt.json, "JSON output");
+
+  auto* describe = app.add_subcommand("describe", "Every input field with its type, unit, default and meaning");
+  describe->add_option("KIND", opt.describe_kind, "model, hardware or scenario (default: all)")
+      ->check(CLI::IsMember({"model", "hardware", "scenario"}));
+  describe->add_flag("--markdown", opt.markdown, "Markdown, as docs/inputs.md");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : kExitBadInput;
+  }
+
+  try {
+    if (model_info->parsed()) {
+      const InputText input = read_input(opt.model, "models", "MODEL");
+      const ModelSpec model = load_model(input);
+      print(opt.json ? model_info_json(input.name, model, opt.seq_len) : model_info_text(input.name, model, opt.seq_len));
+    } else if (hw_info->parsed()) {
+      const InputText input = read_input(opt.hardware, "hardware", "HARDWARE");
+      const HardwareSpec hw = load_hardware(input);
+      print(opt.json ? hardware_info_json(input.name, hw) : hardware_info_text(input.name, hw));
+    } else if (sc_info->parsed()) {
+      const std::string ref = opt.scenario.empty() ? std::string(kDefaultScenario) : opt.scenario;
+      const Scenario s = load_scenario(read_input(ref, "scenarios", "SCENARIO"));
+      print(opt.json ? scenario_info_json(s) : scenario_info_text(s));
+    } else if (describe->parsed()) {
+      print(opt.markdown ? describe_markdown(opt.describe_kind) : describe_text(opt.describe_kind));
+    }
+  } catch (const InputError& e) {
+    std::cerr << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    std::cerr << "moesim: internal error: " << e.what() << "\n";
+    return kExitInternal;
+  }
+  return 0;
+}

@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: MIT
+// Field declarations and consistency checks of hardware/*.json.
+#include "hardware/hardware_spec.hpp"
+
+#include "core/fields.hpp"
+
+namespace moesim {
+
+std::optional<FlopsPerSecond> PeakFlopsSpec::of(Dtype d) const {
+  switch (d) {
+    case Dtype::fp32: return fp32;
+    case Dtype::tf32: return tf32;
+    case Dtype::bf16: return bf16;
+    case Dtype::fp16: return fp16;
+    case Dtype::fp8: return fp8;
+    case Dtype::int8:
+    case Dtype::int4: return int8;
+    case Dtype::fp4: return fp4;
+  }
+  return std::nullopt;
+}
+
+template <class F>
+void declare_fields(F& f, PeakFlopsSpec& s) {
+  f.maybe("fp32", s.fp32, "Dense FP32 (non-tensor-core) peak.", positive());
+  f.maybe("tf32", s.tf32, "Dense TF32 tensor peak.", positive());
+  f.required("bf16", s.bf16, "Dense BF16 tensor peak.", positive());
+  f.maybe("fp16", s.fp16, "Dense FP16 tensor peak.", positive());
+  f.maybe("fp8", s.fp8, "Dense FP8 tensor peak.", positive());
+  f.maybe("int8", s.int8, "Dense INT8 tensor peak (OP/s), also used for int4 weights.", positive());
+  f.maybe("fp4", s.fp4, "Dense FP4 tensor peak.", positive());
+}
+
+template <class F>
+void declare_fields(F& f, HostMemorySpec& s) {
+  f.required("capacity_per_device", s.capacity_per_device, "Host memory one device can use (node total / devices).",
+             non_negative());
+  f.required("bandwidth", s.bandwidth, "Device <-> host copy bandwidth, each way, per device.", positive());
+  f.required("latency", s.latency, "Latency of a device <-> host copy.", non_negative());
+}
+
+template <class F>
+void declare_fields(F& f, DeviceSpec& s) {
+  f.required("name", s.name, "Device name.");
+  f.required("description", s.description, "What one device is: a GPU, a dual-die package, a die.");
+  f.required("peak_flops", s.peak_flops, "Dense peak throughput per format (no sparsity).");
+  f.required("hbm_capacity", s.hbm_capacity, "HBM capacity.", positive());
+  f.required("hbm_bandwidth", s.hbm_bandwidth, "HBM bandwidth (read + write).", positive());
+  f.required("host_memory", s.host_memory, "The DDR tier reachable from the device.");
+  f.optional("num_copy_engines", s.num_copy_engines, int64_t{2},
+             "DMA engines for host copies that run beside compute.", at_least(1));
+  f.required("kernel_launch_overhead", s.kernel_launch_overhead, "Fixed cost of launching one kernel.",
+             non_negative());
+}
+
+template <class F>
+void declare_fields(F& f, SwitchTierSpec& s) {
+  f.required("name", s.name, "Tier name.");
+  f.required("span", s.span, "Devices that share one switch group of this tier.", positive());
+  f.required("bandwidth_per_device", s.bandwidth_per_device,
+             "Capacity of this tier per device, each way (below the port bandwidth when oversubscribed).", positive());
+  f.required("latency", s.latency, "Latency added per crossing of this tier.", non_negative());
+}
+
+template <class F>
+void declare_fields(F& f, ScaleUpSpec& s) {
+  f.required("technology", s.technology, "NVLink generation, unified bus, ...");
+  f.required("domain_size", s.domain_size, "Devices in one scale-up domain.", positive());
+  f.required("port_bandwidth", s.port_bandwidth, "Scale-up bandwidth per device, each way.", positive());
+  f.required("latency", s.latency, "Small-message latency between two devices of a domain.", non_negative());
+  f.optional("tiers", s.tiers, std::vector<SwitchTierSpec>{},
+             "Switch tiers inside the domain, innermost first; the last spans the domain.");
+}
+
+template <class F>
+void declare_fields(F& f, ScaleOutSpec& s) {
+  f.required("technology", s.technology, "InfiniBand NDR, RoCE, ...");
+  f.optional("nics_per_device", s.nics_per_device, int64_t{1}, "NICs per device.", positive());
+  f.required("nic_bandwidth", s.nic_bandwidth, "Bandwidth of one NIC, each way.", positive());
+  f.required("latency", s.latency, "Small-message latency between two domains.", non_negative());
+  f.optional("tiers", s.tiers, std::vector<SwitchTierSpec>{}, "Network switch tiers, innermost first.");
+}
+
+template <class F>
+void declare_fields(F& f, FabricSpec& s) {
+  f.required("scale_up", s.scale_up, "The high-bandwidth domain.");
+  f.maybe("scale_out", s.scale_out, "The network between domains; absent: a single domain.");
+}
+
+template <class F>
+void declare_fields(F& f, HardwareSpec& s) {
+  f.required("name", s.name, "Platform name, as the file is named.");
+  f.optional("doc", s.doc, std::string(), "Sources, and which numbers are assumptions.");
+  f.required("device", s.device, "One accelerator.");
+  f.required("devices_per_node", s.devices_per_node, "Devices per node (server, tray).", positive());
+  f.maybe("max_devices", s.max_devices, "Largest system of this platform; absent: any number of nodes.", positive());
+  f.required("fabric", s.fabric, "How devices are wired.");
+  f.maybe("calibration", s.calibration, "Calibration file (relative to this file) read by the cost model.");
+}
+
+namespace {
+
+void check_tiers(const std::string& file, const std::string& path, const std::vector<SwitchTierSpec>& tiers,
+                 int64_t first_span) {
+  int64_t previous = first_span;
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    const auto& t = tiers[i];
+    if (t.span < previous || t.span % previous != 0) {
+      throw InputError(file, path + "/" + std::to_string(i) + "/span",
+                       "must be a multiple of the tier below (" + std::to_string(previous) + "), got " +
+                           std::to_string(t.span));
+    }
+    previous = t.span;
+  }
+}
+
+void check(const std::string& file, const HardwareSpec& h) {
+  const auto& up = h.fabric.scale_up;
+  if (up.domain_size % h.devices_per_node != 0) {
+    throw InputError(file, "/fabric/scale_up/domain_size",
+                     "must be a multiple of devices_per_node (" + std::to_string(h.devices_per_node) + "), got " +
+                         std::to_string(up.domain_size));
+  }
+  check_tiers(file, "/fabric/scale_up/tiers", up.tiers, 1);
+  if (!up.tiers.empty() && up.tiers.back().span != up.domain_size) {
+    throw InputError(file, "/fabric/scale_up/tiers/" + std::to_string(up.tiers.size() - 1) + "/span",
+                     "the outermost scale-up tier must span the domain (" + std::to_string(up.domain_size) + ")");
+  }
+  if (h.fabric.scale_out) check_tiers(file, "/fabric/scale_out/tiers", h.fabric.scale_out->tiers, up.domain_size);
+  if (h.max_devices) {
+    if (*h.max_devices % h.devices_per_node != 0) {
+      throw InputError(file, "/max_devices", "must be a multiple of devices_per_node");
+    }
+    if (*h.max_devices > up.domain_size && !h.fabric.scale_out) {
+      throw InputError(file, "/max_devices",
+                       "exceeds one scale-up domain (" + std::to_string(up.domain_size) + ") but there is no scale_out");
+    }
+  } else if (!h.fabric.scale_out) {
+    throw InputError(file, "/max_devices", "required when there is no scale_out (a single domain)");
+  }
+}
+
+}  // namespace
+
+HardwareSpec load_hardware(const InputText& input) {
+  const nlohmann::json root = parse_json(input);
+  HardwareSpec spec;
+  FieldReader::read_object(input.name, root, "", spec);
+  check(input.name, spec);
+  if (spec.calibration) (void)read_referenced(input, "/calibration", *spec.calibration, "hardware/calibration");
+  return spec;
+}
+
+std::vector<FieldRow> describe_hardware_fields() { return FieldDescriber::describe<HardwareSpec>(); }
+
+}  // namespace moesim

@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: MIT
+// HardwareSpec: the platform, read from hardware/*.json - what one device can do, how devices are
+// wired, and an optional calibration file. No peak, bandwidth or latency lives in code.
+//
+// Bandwidths are per device and per direction unless a field says otherwise. A number the vendor
+// does not publish is still an explicit input; the file's doc strings say which numbers are
+// assumptions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "core/field_row.hpp"
+#include "core/json_input.hpp"
+#include "core/units.hpp"
+
+namespace moesim {
+
+// Dense peak throughput per compute format; absent: the device has no such format.
+struct PeakFlopsSpec {
+  std::optional<FlopsPerSecond> fp32;
+  std::optional<FlopsPerSecond> tf32;
+  FlopsPerSecond bf16;
+  std::optional<FlopsPerSecond> fp16;
+  std::optional<FlopsPerSecond> fp8;
+  std::optional<FlopsPerSecond> int8;
+  std::optional<FlopsPerSecond> fp4;
+
+  std::optional<FlopsPerSecond> of(Dtype d) const;
+};
+
+// The host memory tier a device can reach (CPU DDR / LPDDR): swap target and offload space.
+struct HostMemorySpec {
+  Bytes capacity_per_device;
+  BytesPerSecond bandwidth;  // device <-> host, per device, each way
+  Seconds latency;
+};
+
+struct DeviceSpec {
+  std::string name;
+  std::string description;  // what one device is (a die, a package, a GPU)
+  PeakFlopsSpec peak_flops;
+  Bytes hbm_capacity;
+  BytesPerSecond hbm_bandwidth;  // read + write combined
+  HostMemorySpec host_memory;
+  int64_t num_copy_engines = 2;
+  Seconds kernel_launch_overhead;
+};
+
+// One tier of switches: `span` devices share a switch (group) of this tier.
+struct SwitchTierSpec {
+  std::string name;
+  int64_t span = 0;
+  BytesPerSecond bandwidth_per_device;  // capacity of this tier available to each device, each way
+  Seconds latency;                      // added per crossing of this tier
+};
+
+// The high-bandwidth domain (NVLink/NVSwitch, unified bus): load/store between its devices.
+struct ScaleUpSpec {
+  std::string technology;
+  int64_t domain_size = 0;
+  BytesPerSecond port_bandwidth;  // per device, each way
+  Seconds latency;                // small-message latency between two devices
+  std::vector<SwitchTierSpec> tiers;
+};
+
+// Between scale-up domains: NICs and a network of switches.
+struct ScaleOutSpec {
+  std::string technology;
+  int64_t nics_per_device = 1;
+  BytesPerSecond nic_bandwidth;  // per NIC, each way
+  Seconds latency;
+  std::vector<SwitchTierSpec> tiers;
+};
+
+struct FabricSpec {
+  ScaleUpSpec scale_up;
+  std::optional<ScaleOutSpec> scale_out;
+};
+
+struct HardwareSpec {
+  std::string name;
+  std::string doc;
+  DeviceSpec device;
+  int64_t devices_per_node = 0;
+  std::optional<int64_t> max_devices;  // absent: any number of nodes (through scale_out)
+  FabricSpec fabric;
+  std::optional<std::string> calibration;  // path relative to the hardware file
+};
+
+HardwareSpec load_hardware(const InputText& input);
+std::vector<FieldRow> describe_hardware_fields();
+
+}  // namespace moesim

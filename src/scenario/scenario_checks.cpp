@@ -1,0 +1,285 @@
+// SPDX-License-Identifier: MIT
+#include "scenario/scenario_checks.hpp"
+
+#include <string>
+
+#include "core/error.hpp"
+
+namespace moesim {
+namespace {
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+class ScenarioChecker {
+ public:
+  explicit ScenarioChecker(const Scenario& s) : s_(s), spec_(s.spec), model_(s.model), hw_(s.hardware) {}
+
+  void run() {
+    check_devices();
+    check_degrees();
+    check_experts();
+    check_pipeline();
+    check_tensor_parallel();
+    check_batch();
+    check_training();
+    check_memory_options();
+    check_loss();
+    check_routing();
+    check_fused_ops();
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& path, const std::string& message) const {
+    throw InputError(s_.file, path, message);
+  }
+
+  bool model_uses(AttentionKind k) const {
+    for (const auto& l : model_.layer_kinds) {
+      if (l.attention == k) return true;
+    }
+    return false;
+  }
+  bool model_uses(FfnKind k) const {
+    for (const auto& l : model_.layer_kinds) {
+      if (l.ffn == k) return true;
+    }
+    return false;
+  }
+
+  void check_devices() const {
+    const int64_t n = spec_.num_devices;
+    if (hw_.max_devices && n > *hw_.max_devices) {
+      fail("/num_devices", "exceeds " + hw_.name + "'s " + str(*hw_.max_devices) + " devices, got " + str(n));
+    }
+    const int64_t node = hw_.devices_per_node;
+    if (n > node ? n % node != 0 : node % n != 0) {
+      fail("/num_devices", "must fill whole nodes of " + str(node) + " (or divide one node), got " + str(n));
+    }
+  }
+
+  void check_degrees() const {
+    const auto& p = spec_.parallel;
+    const int64_t product = p.fsdp.replicate * p.fsdp.shard * p.cp * p.tp.degree * p.pp.stages;
+    if (product != spec_.num_devices) {
+      fail("/parallel", "the degrees multiply to " + str(product) + " (fsdp.replicate " + str(p.fsdp.replicate) +
+                            " x fsdp.shard " + str(p.fsdp.shard) + " x cp " + str(p.cp) + " x tp " +
+                            str(p.tp.degree) + " x pp " + str(p.pp.stages) + "), not num_devices (" +
+                            str(spec_.num_devices) + ")");
+    }
+    if ((p.fsdp.shard * p.cp) % p.ep != 0) {
+      fail("/parallel/ep", "must divide fsdp.shard x cp (" + str(p.fsdp.shard * p.cp) +
+                               "): experts are split over ranks of the shard group, got " + str(p.ep));
+    }
+  }
+
+  void check_experts() const {
+    const int64_t ep = spec_.parallel.ep;
+    if (!model_.moe) {
+      if (ep != 1) fail("/parallel/ep", model_.name + " has no MoE layers; ep must be 1, got " + str(ep));
+      return;
+    }
+    if (model_.moe->num_experts % ep != 0) {
+      fail("/parallel/ep", "must divide " + model_.name + "'s " + str(model_.moe->num_experts) + " experts, got " +
+                               str(ep));
+    }
+  }
+
+  void check_pipeline() const {
+    const auto& pp = spec_.parallel.pp;
+    if (pp.virtual_stages > 1 && pp.schedule != PipelineSchedule::interleaved_1f1b) {
+      fail("/parallel/pp/virtual_stages", "more than one virtual stage needs the interleaved_1f1b schedule");
+    }
+    const int64_t chunks = pp.stages * pp.virtual_stages;
+    if (model_.num_layers % chunks != 0) {
+      fail("/parallel/pp/stages", str(model_.num_layers) + " layers of " + model_.name +
+                                      " do not split evenly into " + str(pp.stages) + " stages x " +
+                                      str(pp.virtual_stages) + " virtual stages");
+    }
+  }
+
+  void check_tensor_parallel() const {
+    const int64_t tp = spec_.parallel.tp.degree;
+    if (tp == 1) return;
+    auto heads = [&](const std::string& what, int64_t n) {
+      if (n % tp != 0) fail("/parallel/tp/degree", "must divide the " + str(n) + " " + what + ", got " + str(tp));
+    };
+    if (model_.gqa) {
+      heads("attention heads", model_.gqa->num_heads);
+      if (model_.gqa->num_kv_heads % tp != 0 && tp % model_.gqa->num_kv_heads != 0) {
+        fail("/parallel/tp/degree", "must divide or be a multiple of the " + str(model_.gqa->num_kv_heads) +
+                                        " key/value heads, got " + str(tp));
+      }
+    }
+    if (model_.mla) heads("MLA heads", model_.mla->num_heads);
+    if (model_.dsa_indexer) heads("indexer heads", model_.dsa_indexer->num_heads);
+    if (model_.kda) heads("KDA heads", model_.kda->num_heads);
+    if (model_.dense_ffn) heads("dense FFN columns", model_.dense_ffn->intermediate_size);
+    if (spec_.parallel.tp.sequence_parallel && (spec_.batch.sequence_length / spec_.parallel.cp) % tp != 0) {
+      fail("/parallel/tp/sequence_parallel", "needs the per-CP-rank sequence (" +
+                                                 str(spec_.batch.sequence_length / spec_.parallel.cp) +
+                                                 ") divisible by tp (" + str(tp) + ")");
+    }
+  }
+
+  void check_batch() const {
+    const auto& b = spec_.batch;
+    const auto& p = spec_.parallel;
+    const int64_t per_step = b.micro_batch_size * p.dp();
+    if (b.global_batch_size % per_step != 0) {
+      fail("/batch/global_batch_size", "must be a multiple of micro_batch_size x dp (" + str(b.micro_batch_size) +
+                                           " x " + str(p.dp()) + " = " + str(per_step) + "), got " +
+                                           str(b.global_batch_size));
+    }
+    if (b.sequence_length % p.cp != 0) {
+      fail("/batch/sequence_length", "must be divisible by cp (" + str(p.cp) + "), got " + str(b.sequence_length));
+    }
+    const int64_t micro_steps = b.global_batch_size / per_step;
+    if (p.pp.schedule == PipelineSchedule::interleaved_1f1b && p.pp.stages > 1 && micro_steps % p.pp.stages != 0) {
+      fail("/batch/global_batch_size", "interleaved 1F1B needs the micro-batch count (" + str(micro_steps) +
+                                           ") to be a multiple of the stages (" + str(p.pp.stages) + ")");
+    }
+  }
+
+  bool lora_target_exists(LoraTarget t) const {
+    const bool has_mla = model_.mla.has_value();
+    const bool q_lora = has_mla && model_.mla->q_lora_rank > 0;
+    switch (t) {
+      case LoraTarget::q_proj: return model_.gqa || model_.kda || (has_mla && !q_lora);
+      case LoraTarget::k_proj:
+      case LoraTarget::v_proj: return model_.gqa || model_.kda;
+      case LoraTarget::o_proj: return true;
+      case LoraTarget::output_gate:
+        return (has_mla && model_.mla->output_gate != OutputGate::none) ||
+               (model_.kda && model_.kda->output_gate != OutputGate::none);
+      case LoraTarget::q_a_proj:
+      case LoraTarget::q_b_proj: return q_lora;
+      case LoraTarget::kv_a_proj:
+      case LoraTarget::kv_b_proj: return has_mla;
+      case LoraTarget::dense_ffn: return model_uses(FfnKind::dense);
+      case LoraTarget::shared_experts: return model_.moe && model_.moe->num_shared_experts > 0;
+      case LoraTarget::routed_experts: return model_.moe.has_value();
+      case LoraTarget::latent_proj: return model_.moe && model_.moe->latent_size > 0;
+      case LoraTarget::lm_head: return true;
+    }
+    return false;
+  }
+
+  void check_training() const {
+    const auto& t = spec_.training;
+    if (t.mode == TrainingMode::lora && !t.lora) fail("/training/lora", "required when mode is lora");
+    if (t.mode != TrainingMode::lora && t.lora) fail("/training/lora", "only applies when mode is lora");
+    if (t.lora) {
+      if (t.lora->targets.empty()) fail("/training/lora/targets", "name at least one projection");
+      for (size_t i = 0; i < t.lora->targets.size(); ++i) {
+        const LoraTarget target = t.lora->targets[i];
+        if (!lora_target_exists(target)) {
+          fail("/training/lora/targets/" + std::to_string(i),
+               model_.name + " has no " + std::string(enum_name(target)) + " projection");
+        }
+        for (size_t j = 0; j < i; ++j) {
+          if (t.lora->targets[j] == target) {
+            fail("/training/lora/targets/" + std::to_string(i), "'" + std::string(enum_name(target)) + "' is listed twice");
+          }
+        }
+      }
+    }
+    if (!hw_.device.peak_flops.of(t.precision.compute)) {
+      fail("/training/precision/compute", hw_.name + " has no " + std::string(enum_name(t.precision.compute)) +
+                                              " peak (see its device.peak_flops)");
+    }
+  }
+
+  void check_layers(const std::string& path, const LayerSet& layers) const {
+    if (layers.max_layer() > model_.num_layers) {
+      fail(path, "layer " + str(layers.max_layer()) + " is outside the model (layers 1-" + str(model_.num_layers) + ")");
+    }
+  }
+
+  bool swap_target_exists(SwapTarget t) const {
+    switch (t) {
+      case SwapTarget::attention_in_proj:
+      case SwapTarget::attention_out_proj: return true;
+      case SwapTarget::expert_gmm_up:
+      case SwapTarget::expert_gmm_down: return model_.moe.has_value();
+      case SwapTarget::shared_expert_up: return model_.moe && model_.moe->num_shared_experts > 0;
+      case SwapTarget::dense_ffn_up: return model_uses(FfnKind::dense);
+      case SwapTarget::latent_down: return model_.moe && model_.moe->latent_size > 0;
+    }
+    return false;
+  }
+
+  void check_memory_options() const {
+    check_layers("/recompute/layers", spec_.recompute.layers);
+    check_layers("/swap/layers", spec_.swap.layers);
+    const auto& swap = spec_.swap;
+    if (swap.enabled && swap.ops.empty()) fail("/swap/ops", "name at least one op output when swap is enabled");
+    for (size_t i = 0; i < swap.ops.size(); ++i) {
+      if (!swap_target_exists(swap.ops[i])) {
+        fail("/swap/ops/" + std::to_string(i), model_.name + " has no " + std::string(enum_name(swap.ops[i])) + " op");
+      }
+    }
+    if (swap.enabled && hw_.device.host_memory.capacity_per_device.value <= 0) {
+      fail("/swap/enabled", hw_.name + " has no host memory to swap to");
+    }
+    if (spec_.recompute.policy == RecomputePolicy::none && !spec_.recompute.layers.is_all()) {
+      fail("/recompute/layers", "set but the policy is none");
+    }
+  }
+
+  void check_loss() const {
+    const auto& l = spec_.loss;
+    if (l.kind == LossKind::chunked) {
+      if (l.chunk_tokens == 0) fail("/loss/chunk_tokens", "must be positive for the chunked loss");
+      if (l.chunk_tokens > spec_.batch.sequence_length) {
+        fail("/loss/chunk_tokens", "exceeds the sequence length (" + str(spec_.batch.sequence_length) + ")");
+      }
+    } else if (l.chunk_tokens != 0) {
+      fail("/loss/chunk_tokens", "only applies to the chunked loss");
+    }
+    if (l.kind == LossKind::cce) {
+      if (l.vocab_chunk == 0) fail("/loss/vocab_chunk", "must be positive for the cce loss");
+      if (l.vocab_chunk > model_.vocab_size) {
+        fail("/loss/vocab_chunk", "exceeds the vocabulary (" + str(model_.vocab_size) + ")");
+      }
+    } else if (l.vocab_chunk != 0) {
+      fail("/loss/vocab_chunk", "only applies to the cce loss");
+    }
+  }
+
+  void check_routing() const {
+    const auto& r = spec_.routing;
+    if (r.distribution == RoutingDistribution::skewed && r.skew <= 0) {
+      fail("/routing/skew", "must be positive for a skewed distribution");
+    }
+    if (r.distribution != RoutingDistribution::skewed && r.skew != 0) {
+      fail("/routing/skew", "only applies to the skewed distribution");
+    }
+    if (r.distribution == RoutingDistribution::histogram && r.histogram.empty()) {
+      fail("/routing/histogram", "name a histogram file");
+    }
+    if (r.distribution != RoutingDistribution::histogram && !r.histogram.empty()) {
+      fail("/routing/histogram", "only applies to the histogram distribution");
+    }
+    if (r.distribution != RoutingDistribution::uniform && !model_.moe) {
+      fail("/routing/distribution", model_.name + " has no experts to route to");
+    }
+  }
+
+  void check_fused_ops() const {
+    const auto& f = spec_.fused_ops;
+    if (f.dsa && !model_uses(AttentionKind::mla_dsa)) fail("/fused_ops/dsa", model_.name + " has no mla_dsa layers");
+    if (f.kda && !model_uses(AttentionKind::kda)) fail("/fused_ops/kda", model_.name + " has no kda layers");
+    if (f.permute_gemm && !model_.moe) fail("/fused_ops/permute_gemm", model_.name + " has no MoE layers");
+  }
+
+  const Scenario& s_;
+  const ScenarioSpec& spec_;
+  const ModelSpec& model_;
+  const HardwareSpec& hw_;
+};
+
+}  // namespace
+
+void check_scenario(const Scenario& scenario) { ScenarioChecker(scenario).run(); }
+
+}  // namespace moesim

@@ -1,0 +1,246 @@
+// SPDX-License-Identifier: MIT
+// Field declarations of scenarios/*.json and the loading of what a scenario names.
+#include "scenario/scenario_spec.hpp"
+
+#include "core/fields.hpp"
+#include "scenario/scenario_checks.hpp"
+
+namespace moesim {
+
+template <class F>
+void declare_fields(F& f, LoraSpec& s) {
+  f.required("rank", s.rank, "Adapter rank r.", positive());
+  f.required("alpha", s.alpha, "Scaling numerator (the adapter output is scaled by alpha / rank).", positive());
+  f.required("targets", s.targets, "Projections that get an adapter; every other weight is frozen.");
+  f.optional("dtype", s.dtype, Dtype::bf16, "Format of the adapter weights.");
+}
+
+template <class F>
+void declare_fields(F& f, PrecisionSpec& s) {
+  f.optional("compute", s.compute, Dtype::bf16, "Format of matmul inputs (selects the device peak).");
+  f.optional("params", s.params, Dtype::bf16, "Format parameters are gathered and used in.");
+  f.optional("master_params", s.master_params, Dtype::fp32, "Format of the sharded trainable master weights.");
+  f.optional("grads", s.grads, Dtype::fp32, "Format of the sharded gradients of trainable weights.");
+  f.optional("grad_reduce", s.grad_reduce, Dtype::fp32, "Format gradients are reduce-scattered in.");
+  f.optional("optimizer_states", s.optimizer_states, Dtype::fp32, "Format of optimizer states.");
+  f.optional("activations", s.activations, Dtype::bf16, "Format of activations saved for backward.");
+}
+
+template <class F>
+void declare_fields(F& f, OptimizerSpec& s) {
+  f.optional("kind", s.kind, OptimizerKind::adamw, "adamw keeps two states per trainable weight, sgd one (momentum).");
+}
+
+template <class F>
+void declare_fields(F& f, TrainingSpec& s) {
+  f.required("mode", s.mode, "pretrain and full_finetune train every weight; lora trains adapters only.");
+  f.maybe("lora", s.lora, "Adapters; required when mode is lora, absent otherwise.");
+  f.optional("precision", s.precision, PrecisionSpec{}, "Numeric formats.");
+  f.optional("optimizer", s.optimizer, OptimizerSpec{}, "The optimizer.");
+}
+
+template <class F>
+void declare_fields(F& f, BatchSpec& s) {
+  f.required("global_batch_size", s.global_batch_size, "Sequences per optimizer step.", positive());
+  f.optional("micro_batch_size", s.micro_batch_size, int64_t{1},
+             "Sequences per data-parallel rank per micro-step; global / (micro x dp) micro-steps accumulate.",
+             positive());
+  f.required("sequence_length", s.sequence_length, "Tokens per sequence.", positive());
+}
+
+template <class F>
+void declare_fields(F& f, FsdpSpec& s) {
+  f.optional("shard", s.shard, int64_t{1}, "FSDP2 shard group size (1: no sharding).", positive());
+  f.optional("replicate", s.replicate, int64_t{1}, "Replicate groups (HSDP; plain DP when shard is 1).", positive());
+  f.optional("reshard_after_forward", s.reshard_after_forward, true,
+             "Free gathered parameters after forward and gather again for backward.");
+  f.optional("prefetch", s.prefetch, int64_t{1}, "Units gathered ahead of their use.", non_negative());
+}
+
+template <class F>
+void declare_fields(F& f, TensorParallelSpec& s) {
+  f.optional("degree", s.degree, int64_t{1}, "Tensor parallel degree (Megatron style).", positive());
+  f.optional("sequence_parallel", s.sequence_parallel, true,
+             "Shard norms and dropout along the sequence between TP regions.");
+}
+
+template <class F>
+void declare_fields(F& f, PipelineSpec& s) {
+  f.optional("stages", s.stages, int64_t{1}, "Pipeline stages.", positive());
+  f.optional("schedule", s.schedule, PipelineSchedule::one_f_one_b, "Pipeline schedule.");
+  f.optional("virtual_stages", s.virtual_stages, int64_t{1}, "Model chunks per stage (interleaved_1f1b only).",
+             positive());
+}
+
+template <class F>
+void declare_fields(F& f, ParallelSpec& s) {
+  f.optional("fsdp", s.fsdp, FsdpSpec{}, "Fully sharded data parallelism (FSDP2 / HSDP).");
+  f.optional("ep", s.ep, int64_t{1},
+             "Expert parallel degree; experts are split over EP ranks, each expert's weights FSDP-sharded over the "
+             "remaining (shard x cp / ep) ranks.",
+             positive());
+  f.optional("tp", s.tp, TensorParallelSpec{}, "Tensor parallelism.");
+  f.optional("pp", s.pp, PipelineSpec{}, "Pipeline parallelism.");
+  f.optional("cp", s.cp, int64_t{1}, "Context parallel degree (sequence split across ranks).", positive());
+}
+
+template <class F>
+void declare_fields(F& f, RecomputeSpec& s) {
+  f.optional("policy", s.policy, RecomputePolicy::none,
+             "none keeps every activation; selective recomputes cheap ops and attention cores; full keeps only "
+             "layer inputs.");
+  f.optional("layers", s.layers, LayerSet::all(), "Layers the policy applies to.");
+}
+
+template <class F>
+void declare_fields(F& f, SwapSpec& s) {
+  f.optional("enabled", s.enabled, false, "Copy chosen op outputs to host memory after forward and back for backward.");
+  f.optional("ops", s.ops, std::vector<SwapTarget>{}, "Outputs to swap when enabled (kept when disabled, so a sweep can toggle enabled).");
+  f.optional("layers", s.layers, LayerSet::all(), "Layers whose outputs are swapped.");
+}
+
+template <class F>
+void declare_fields(F& f, LossSpec& s) {
+  f.optional("kind", s.kind, LossKind::full,
+             "full materialises all logits; chunked splits along the sequence; cce along the vocabulary, never "
+             "materialising the logits.");
+  f.optional("chunk_tokens", s.chunk_tokens, int64_t{0}, "Tokens per chunk (chunked only).", non_negative());
+  f.optional("vocab_chunk", s.vocab_chunk, int64_t{0}, "Vocabulary entries per chunk (cce only).", non_negative());
+}
+
+template <class F>
+void declare_fields(F& f, RoutingSpec& s) {
+  f.optional("distribution", s.distribution, RoutingDistribution::uniform, "How tokens spread over experts.");
+  f.optional("skew", s.skew, 0.0, "Zipf exponent of expert popularity (skewed only; 0 is uniform).", non_negative());
+  f.optional("histogram", s.histogram, std::string(),
+             "JSON file of tokens per expert, relative to the scenario (histogram only).");
+  f.optional("seed", s.seed, int64_t{1}, "Seed of the routing sampler.", non_negative());
+  f.optional("num_sampled_steps", s.num_sampled_steps, int64_t{1},
+             "Steps simulated with freshly sampled routing (for P50/P99).", positive());
+}
+
+template <class F>
+void declare_fields(F& f, OverlapSpec& s) {
+  f.optional("comm_compute", s.comm_compute, true, "Run collectives on their own stream, overlapping compute.");
+  f.optional("moe_local_first", s.moe_local_first, true,
+             "Experts start on tokens already local while the dispatch all-to-all is in flight.");
+}
+
+template <class F>
+void declare_fields(F& f, FusedOpsSpec& s) {
+  f.optional("dsa", s.dsa, false, "Fused DSA kernels (LI, SFA, SFAG) instead of small ops; mla_dsa models only.");
+  f.optional("kda", s.kda, false, "Fused KDA forward and backward kernels; kda models only.");
+  f.optional("permute_gemm", s.permute_gemm, false, "Permute fused into the experts' grouped GEMM; MoE models only.");
+}
+
+template <class F>
+void declare_fields(F& f, SweepAxis& s) {
+  f.required("path", s.path, "JSON pointer of the scenario field to vary, e.g. \"/parallel/ep\".");
+  f.required("values", s.values, "Values the field takes, each valid for that field.");
+}
+
+template <class F>
+void declare_fields(F& f, SweepSpec& s) {
+  f.optional("axes", s.axes, std::vector<SweepAxis>{}, "Axes of the sweep; `moesim sweep` runs their product.");
+}
+
+template <class F>
+void declare_fields(F& f, ScenarioSpec& s) {
+  f.required("name", s.name, "Scenario name, as the file is named.");
+  f.optional("doc", s.doc, std::string(), "What the scenario represents and why its numbers were chosen.");
+  f.required("model", s.model, "Model file (relative to this file) or shipped model name.");
+  f.required("hardware", s.hardware, "Hardware file (relative to this file) or shipped hardware name.");
+  f.required("num_devices", s.num_devices, "Devices the plan uses.", positive());
+  f.required("training", s.training, "Mode, precision and optimizer.");
+  f.required("batch", s.batch, "Batch and sequence.");
+  f.optional("parallel", s.parallel, ParallelSpec{}, "The parallel plan.");
+  f.optional("recompute", s.recompute, RecomputeSpec{}, "Activation recomputation.");
+  f.optional("swap", s.swap, SwapSpec{}, "Swapping activations to host memory.");
+  f.optional("loss", s.loss, LossSpec{}, "Loss computation.");
+  f.optional("routing", s.routing, RoutingSpec{}, "Distribution of tokens over experts.");
+  f.optional("overlap", s.overlap, OverlapSpec{}, "Communication/compute overlap.");
+  f.optional("fused_ops", s.fused_ops, FusedOpsSpec{}, "Fused-kernel switches.");
+  f.optional("sweep", s.sweep, SweepSpec{}, "Sweep axes (used by `moesim sweep`).");
+}
+
+namespace {
+
+ScenarioSpec read_spec(const std::string& file, const nlohmann::json& root) {
+  ScenarioSpec spec;
+  FieldReader::read_object(file, root, "", spec);
+  return spec;
+}
+
+// Each value of each axis must be valid for the field it names: substitute it and read the
+// scenario again. Whether a combination is a possible plan is the sweep's business.
+void check_sweep_values(const std::string& file, const nlohmann::json& root, const ScenarioSpec& spec) {
+  const std::vector<FieldRow> rows = describe_scenario_fields();
+  for (size_t a = 0; a < spec.sweep.axes.size(); ++a) {
+    const auto& axis = spec.sweep.axes[a];
+    const std::string axis_path = "/sweep/axes/" + std::to_string(a);
+    bool declared = false;
+    for (const auto& r : rows) declared = declared || r.path == axis.path;
+    if (!declared || axis.path.starts_with("/sweep") || axis.path.find("/*") != std::string::npos) {
+      throw InputError(file, axis_path + "/path", "'" + axis.path + "' is not a scenario field that can be swept");
+    }
+    if (axis.values.empty()) throw InputError(file, axis_path + "/values", "an axis needs at least one value");
+    const nlohmann::json::json_pointer pointer(axis.path);
+    for (size_t v = 0; v < axis.values.size(); ++v) {
+      nlohmann::json variant = root;
+      variant[pointer] = nlohmann::json::parse(axis.values[v].text);
+      try {
+        (void)read_spec(file, variant);
+      } catch (const InputError& e) {
+        throw InputError(file, axis_path + "/values/" + std::to_string(v), "invalid for " + axis.path + ": " + e.message());
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<double> load_routing_histogram(const InputText& input, const ModelSpec& model) {
+  const nlohmann::json root = parse_json(input);
+  struct Histogram {
+    std::vector<double> tokens_per_expert;
+  } h;
+  FieldReader reader(input.name, root, "");
+  if (!root.is_object()) throw InputError(input.name, "/", "expected an object with tokens_per_expert");
+  reader.required("tokens_per_expert", h.tokens_per_expert, "", non_negative());
+  reader.reject_unknown_keys();
+  const int64_t experts = model.moe ? model.moe->num_experts : 0;
+  if (static_cast<int64_t>(h.tokens_per_expert.size()) != experts) {
+    throw InputError(input.name, "/tokens_per_expert",
+                     "has " + std::to_string(h.tokens_per_expert.size()) + " entries; the model has " +
+                         std::to_string(experts) + " experts");
+  }
+  double sum = 0;
+  for (double v : h.tokens_per_expert) sum += v;
+  if (sum <= 0) throw InputError(input.name, "/tokens_per_expert", "must not be all zero");
+  return h.tokens_per_expert;
+}
+
+Scenario load_scenario(const InputText& input) {
+  const nlohmann::json root = parse_json(input);
+  Scenario s;
+  s.file = input.name;
+  s.spec = read_spec(input.name, root);
+  check_sweep_values(input.name, root, s.spec);
+
+  const InputText model_input = read_referenced(input, "/model", s.spec.model, "models");
+  s.model_file = model_input.name;
+  s.model = load_model(model_input);
+  const InputText hardware_input = read_referenced(input, "/hardware", s.spec.hardware, "hardware");
+  s.hardware_file = hardware_input.name;
+  s.hardware = load_hardware(hardware_input);
+  check_scenario(s);
+  if (s.spec.routing.distribution == RoutingDistribution::histogram) {
+    s.routing_histogram = load_routing_histogram(
+        read_referenced(input, "/routing/histogram", s.spec.routing.histogram, "scenarios"), s.model);
+  }
+  return s;
+}
+
+std::vector<FieldRow> describe_scenario_fields() { return FieldDescriber::describe<ScenarioSpec>(); }
+
+}  // namespace moesim

@@ -1,0 +1,279 @@
+// SPDX-License-Identifier: MIT
+// ScenarioSpec: a model and a hardware file by reference, then the training recipe and the
+// parallel plan, read from scenarios/*.json. A scenario may also declare sweep axes.
+//
+// load_scenario returns the scenario together with the model and hardware it names, after the
+// plan's consistency checks (degrees multiply to the device count, experts divide by EP, layers
+// by pipeline stages, heads by TP, ...), so later stages never see an impossible plan.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "core/enum_names.hpp"
+#include "core/field_row.hpp"
+#include "core/json_input.hpp"
+#include "core/layer_set.hpp"
+#include "core/raw_json.hpp"
+#include "hardware/hardware_spec.hpp"
+#include "model/model_spec.hpp"
+
+namespace moesim {
+
+enum class TrainingMode { pretrain, full_finetune, lora };
+enum class OptimizerKind { adamw, sgd };
+enum class PipelineSchedule { one_f_one_b, interleaved_1f1b };
+enum class RecomputePolicy { none, selective, full };
+enum class LossKind { full, chunked, cce };
+enum class RoutingDistribution { uniform, skewed, histogram };
+
+// Projections a LoRA adapter can be attached to. Names follow the usual module names; the
+// dense_ffn, shared_experts and routed_experts targets cover all matrices of those FFNs.
+enum class LoraTarget {
+  q_proj, k_proj, v_proj, o_proj, output_gate,
+  q_a_proj, q_b_proj, kv_a_proj, kv_b_proj,
+  dense_ffn, shared_experts, routed_experts, latent_proj, lm_head
+};
+
+// MatMul / grouped-GEMM outputs that swap can move to host memory between their forward use and
+// the backward pass.
+enum class SwapTarget {
+  attention_in_proj,   // q/k/v (and latent) projection outputs
+  attention_out_proj,  // output projection
+  expert_gmm_up,       // routed experts' gate+up grouped GEMM output (the largest per token)
+  expert_gmm_down,     // routed experts' down grouped GEMM output
+  shared_expert_up,    // shared experts' gate+up output
+  dense_ffn_up,        // dense FFN gate+up output
+  latent_down          // latent MoE down-projection output
+};
+
+struct LoraSpec {
+  int64_t rank = 0;
+  double alpha = 0;
+  std::vector<LoraTarget> targets;
+  Dtype dtype = Dtype::bf16;
+};
+
+// Formats of everything a step holds; FSDP2 mixed precision (params gathered in `params`,
+// gradients reduced in `grad_reduce`, sharded master weights and optimizer states in fp32).
+struct PrecisionSpec {
+  Dtype compute = Dtype::bf16;
+  Dtype params = Dtype::bf16;
+  Dtype master_params = Dtype::fp32;
+  Dtype grads = Dtype::fp32;
+  Dtype grad_reduce = Dtype::fp32;
+  Dtype optimizer_states = Dtype::fp32;
+  Dtype activations = Dtype::bf16;
+};
+
+struct OptimizerSpec {
+  OptimizerKind kind = OptimizerKind::adamw;
+};
+
+struct TrainingSpec {
+  TrainingMode mode = TrainingMode::pretrain;
+  std::optional<LoraSpec> lora;
+  PrecisionSpec precision;
+  OptimizerSpec optimizer;
+};
+
+struct BatchSpec {
+  int64_t global_batch_size = 0;  // sequences per optimizer step
+  int64_t micro_batch_size = 1;   // sequences per data-parallel rank per micro-step
+  int64_t sequence_length = 0;
+};
+
+struct FsdpSpec {
+  int64_t shard = 1;      // FSDP2 shard group size
+  int64_t replicate = 1;  // HSDP replicate groups (plain DP when shard is 1)
+  bool reshard_after_forward = true;
+  int64_t prefetch = 1;   // units gathered ahead of use
+};
+
+struct TensorParallelSpec {
+  int64_t degree = 1;
+  bool sequence_parallel = true;
+};
+
+struct PipelineSpec {
+  int64_t stages = 1;
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+  int64_t virtual_stages = 1;  // model chunks per stage (interleaved 1F1B)
+};
+
+struct ParallelSpec {
+  FsdpSpec fsdp;
+  int64_t ep = 1;  // expert parallel degree, carved out of fsdp.shard x cp
+  TensorParallelSpec tp;
+  PipelineSpec pp;
+  int64_t cp = 1;  // context parallel degree
+
+  int64_t dp() const { return fsdp.shard * fsdp.replicate; }
+};
+
+struct RecomputeSpec {
+  RecomputePolicy policy = RecomputePolicy::none;
+  LayerSet layers = LayerSet::all();
+};
+
+struct SwapSpec {
+  bool enabled = false;
+  std::vector<SwapTarget> ops;
+  LayerSet layers = LayerSet::all();
+};
+
+struct LossSpec {
+  LossKind kind = LossKind::full;
+  int64_t chunk_tokens = 0;  // chunked: tokens per chunk
+  int64_t vocab_chunk = 0;   // cce: vocabulary entries per chunk
+};
+
+struct RoutingSpec {
+  RoutingDistribution distribution = RoutingDistribution::uniform;
+  double skew = 0;        // skewed: Zipf exponent of expert popularity
+  std::string histogram;  // histogram: file of tokens per expert, relative to the scenario
+  int64_t seed = 1;
+  int64_t num_sampled_steps = 1;
+};
+
+struct OverlapSpec {
+  bool comm_compute = true;        // collectives on their own stream, overlapping compute
+  bool moe_local_first = true;     // experts start on local tokens while dispatch is in flight
+};
+
+struct FusedOpsSpec {
+  bool dsa = false;           // LI / SFA / SFAG fused kernels
+  bool kda = false;           // fused KDA forward and backward
+  bool permute_gemm = false;  // permute fused into the grouped GEMM
+};
+
+struct SweepAxis {
+  std::string path;  // JSON pointer of a scenario field, e.g. "/parallel/ep"
+  std::vector<RawJson> values;
+};
+
+struct SweepSpec {
+  std::vector<SweepAxis> axes;
+};
+
+struct ScenarioSpec {
+  std::string name;
+  std::string doc;
+  std::string model;     // path relative to this file, or a shipped model name
+  std::string hardware;  // path relative to this file, or a shipped hardware name
+  int64_t num_devices = 0;
+  TrainingSpec training;
+  BatchSpec batch;
+  ParallelSpec parallel;
+  RecomputeSpec recompute;
+  SwapSpec swap;
+  LossSpec loss;
+  RoutingSpec routing;
+  OverlapSpec overlap;
+  FusedOpsSpec fused_ops;
+  SweepSpec sweep;
+};
+
+// A checked scenario with what it refers to.
+struct Scenario {
+  std::string file;
+  ScenarioSpec spec;
+  std::string model_file;
+  ModelSpec model;
+  std::string hardware_file;
+  HardwareSpec hardware;
+  std::vector<double> routing_histogram;  // tokens per expert, when routing is a histogram
+};
+
+Scenario load_scenario(const InputText& input);
+std::vector<FieldRow> describe_scenario_fields();
+// A routing histogram file: {"tokens_per_expert": [one non-negative number per expert]}.
+std::vector<double> load_routing_histogram(const InputText& input, const ModelSpec& model);
+
+// The name of the embedded default scenario (scenarios/<name>.json).
+inline constexpr std::string_view kDefaultScenario = "k3-lora-fsdp2-ep64";
+
+template <>
+struct EnumNames<TrainingMode> {
+  static constexpr std::array<std::pair<std::string_view, TrainingMode>, 3> names{{
+      {"pretrain", TrainingMode::pretrain},
+      {"full_finetune", TrainingMode::full_finetune},
+      {"lora", TrainingMode::lora},
+  }};
+};
+template <>
+struct EnumNames<OptimizerKind> {
+  static constexpr std::array<std::pair<std::string_view, OptimizerKind>, 2> names{{
+      {"adamw", OptimizerKind::adamw},
+      {"sgd", OptimizerKind::sgd},
+  }};
+};
+template <>
+struct EnumNames<PipelineSchedule> {
+  static constexpr std::array<std::pair<std::string_view, PipelineSchedule>, 2> names{{
+      {"1f1b", PipelineSchedule::one_f_one_b},
+      {"interleaved_1f1b", PipelineSchedule::interleaved_1f1b},
+  }};
+};
+template <>
+struct EnumNames<RecomputePolicy> {
+  static constexpr std::array<std::pair<std::string_view, RecomputePolicy>, 3> names{{
+      {"none", RecomputePolicy::none},
+      {"selective", RecomputePolicy::selective},
+      {"full", RecomputePolicy::full},
+  }};
+};
+template <>
+struct EnumNames<LossKind> {
+  static constexpr std::array<std::pair<std::string_view, LossKind>, 3> names{{
+      {"full", LossKind::full},
+      {"chunked", LossKind::chunked},
+      {"cce", LossKind::cce},
+  }};
+};
+template <>
+struct EnumNames<RoutingDistribution> {
+  static constexpr std::array<std::pair<std::string_view, RoutingDistribution>, 3> names{{
+      {"uniform", RoutingDistribution::uniform},
+      {"skewed", RoutingDistribution::skewed},
+      {"histogram", RoutingDistribution::histogram},
+  }};
+};
+template <>
+struct EnumNames<LoraTarget> {
+  static constexpr std::array<std::pair<std::string_view, LoraTarget>, 14> names{{
+      {"q_proj", LoraTarget::q_proj},
+      {"k_proj", LoraTarget::k_proj},
+      {"v_proj", LoraTarget::v_proj},
+      {"o_proj", LoraTarget::o_proj},
+      {"output_gate", LoraTarget::output_gate},
+      {"q_a_proj", LoraTarget::q_a_proj},
+      {"q_b_proj", LoraTarget::q_b_proj},
+      {"kv_a_proj", LoraTarget::kv_a_proj},
+      {"kv_b_proj", LoraTarget::kv_b_proj},
+      {"dense_ffn", LoraTarget::dense_ffn},
+      {"shared_experts", LoraTarget::shared_experts},
+      {"routed_experts", LoraTarget::routed_experts},
+      {"latent_proj", LoraTarget::latent_proj},
+      {"lm_head", LoraTarget::lm_head},
+  }};
+};
+template <>
+struct EnumNames<SwapTarget> {
+  static constexpr std::array<std::pair<std::string_view, SwapTarget>, 7> names{{
+      {"attention_in_proj", SwapTarget::attention_in_proj},
+      {"attention_out_proj", SwapTarget::attention_out_proj},
+      {"expert_gmm_up", SwapTarget::expert_gmm_up},
+      {"expert_gmm_down", SwapTarget::expert_gmm_down},
+      {"shared_expert_up", SwapTarget::shared_expert_up},
+      {"dense_ffn_up", SwapTarget::dense_ffn_up},
+      {"latent_down", SwapTarget::latent_down},
+  }};
+};
+
+}  // namespace moesim

@@ -34,8 +34,8 @@ void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), s
 int main(int argc, char** argv) {
   using namespace moesim;
   CLI::App app{"moesim: simulator and performance model of trillion-parameter MoE training"};
-  app.require_subcommand(1);
   app.set_version_flag("--version", "moesim 0.1.0");
+  app.require_subcommand(0, 1);  // at most one, so "describe scenario" reads scenario as KIND
   Options opt;
 
   auto* model_cmd = app.add_subcommand("model", "Model accounting")->require_subcommand(1);
@@ -66,6 +66,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : kExitBadInput;
+  }
+  if (app.get_subcommands().empty()) {
+    std::cerr << app.help() << "A subcommand is required\n";
+    return kExitBadInput;
   }
 
   try {

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""End-to-end checks of the moesim binary: exit codes (0 ok, 2 bad input), messages on stderr,
+nothing on stdout after an error, and machine-readable JSON.
+
+usage: cli_test.py BUILD/moesim   (run from the project root)
+"""
+import json
+import subprocess
+import sys
+
+MOESIM = sys.argv[1]
+failures = []
+
+
+def run(*args):
+    return subprocess.run([MOESIM, *args], capture_output=True, text=True, timeout=60)
+
+
+def expect(name, cond, detail=""):
+    if not cond:
+        failures.append(f"{name}: {detail}")
+
+
+# Happy paths.
+r = run("model", "info", "kimi-k3-dsa")
+expect("model info", r.returncode == 0 and "2,779.8B text" in r.stdout, r.stdout + r.stderr)
+r = run("model", "info", "models/kimi-k3.json", "--json", "--seq", "32768")
+j = json.loads(r.stdout)
+for key in ("total_params", "active_params", "weight_bytes", "flops_per_token_fwd", "flops_per_token_train", "components"):
+    expect("model info --json key " + key, key in j)
+expect("model info --seq", j["seq_len"] == 32768)
+r = run("scenario", "info")
+expect("scenario info default", r.returncode == 0 and "k3-lora-fsdp2-ep64" in r.stdout, r.stderr)
+r = run("scenario", "info", "--json")
+expect("scenario info json", json.loads(r.stdout)["parallel"]["experts_per_ep_rank"] == 14)
+for hw in ("a100-80g-hgx", "h100-hgx", "h200-hgx", "gb200-nvl72", "supernode-128", "cloudmatrix-384"):
+    r = run("hardware", "info", hw, "--json")
+    expect("hardware info " + hw, r.returncode == 0 and json.loads(r.stdout)["name"] == hw, r.stderr)
+r = run("describe", "scenario")
+expect("describe scenario", r.returncode == 0 and "/parallel/ep" in r.stdout)
+r = run("--help")
+expect("--help", r.returncode == 0 and "model" in r.stdout)
+
+# Bad input: exit code 2, a message naming the file and JSON path, nothing on stdout.
+with open("tests/data/bad/cases.json") as f:
+    cases = json.load(f)
+commands = {"model": ["model", "info"], "hardware": ["hardware", "info"], "scenario": ["scenario", "info"]}
+for c in cases:
+    r = run(*commands[c["kind"]], "tests/data/bad/" + c["file"])
+    prefix = "tests/data/bad/" + c["error_file"] + ": " + (c["path"] + ": " if c["path"] else "")
+    expect("bad " + c["file"], r.returncode == 2 and r.stderr.startswith(prefix) and c["message"] in r.stderr
+           and r.stdout == "", f"rc={r.returncode} stderr={r.stderr!r}")
+
+# Bad flags and arguments.
+for args, fragment in [
+    (("model", "info", "kimi-k4"), "MODEL: 'kimi-k4' is neither a file nor a shipped models name"),
+    (("model", "info"), "MODEL is required"),
+    (("model", "info", "kimi-k3", "--seq", "0"), "--seq"),
+    (("model", "info", "kimi-k3", "--seq", "x"), "--seq"),
+    (("describe", "nonsense"), "KIND"),
+    (("frobnicate",), "frobnicate"),
+    ((), "A subcommand is required"),
+]:
+    r = run(*args)
+    expect("flags " + " ".join(args), r.returncode == 2 and fragment in r.stderr + r.stdout, f"rc={r.returncode} {r.stderr!r}")
+
+# The reference page is generated from the declarations.
+with open("docs/inputs.md") as f:
+    expect("docs/inputs.md up to date", f.read() == run("describe", "--markdown").stdout,
+           "regenerate: build/moesim describe --markdown > docs/inputs.md")
+
+for f in failures:
+    print("FAIL", f)
+print(f"cli: {len(failures)} failure(s)")
+sys.exit(1 if failures else 0)

@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: MIT
+#include <doctest/doctest.h>
+
+#include <filesystem>
+
+#include "core/embedded.hpp"
+#include "hardware/hardware_spec.hpp"
+
+using namespace moesim;
+
+namespace {
+HardwareSpec load(const std::string& name) { return load_hardware(read_input(name, "hardware", "HARDWARE")); }
+}  // namespace
+
+TEST_CASE("every file in hardware/ loads, is embedded, says what a device is, and names itself") {
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("hardware")) {
+    if (!entry.is_regular_file()) continue;
+    const std::string path = "hardware/" + entry.path().filename().string();
+    CAPTURE(path);
+    const HardwareSpec h = load_hardware(read_input(path, "hardware", "HARDWARE"));
+    CHECK(h.name + ".json" == entry.path().filename().string());
+    CHECK(find_embedded(path).has_value());
+    CHECK_FALSE(h.device.description.empty());
+    CHECK(h.doc.find("ssum") != std::string::npos);  // every file says which numbers are assumptions
+    ++files;
+  }
+  CHECK(files == 6);
+}
+
+TEST_CASE("datasheet numbers arrive in SI units") {
+  const HardwareSpec h200 = load("h200-hgx");
+  CHECK(h200.device.peak_flops.bf16.value == doctest::Approx(989e12));
+  CHECK(h200.device.peak_flops.of(Dtype::fp8)->value == doctest::Approx(1979e12));
+  CHECK(h200.device.hbm_capacity.value == doctest::Approx(141e9));
+  CHECK(h200.device.hbm_bandwidth.value == doctest::Approx(4.8e12));
+  CHECK(h200.fabric.scale_up.port_bandwidth.value == doctest::Approx(450e9));    // 900 GB/s bidirectional
+  CHECK(h200.fabric.scale_out->nic_bandwidth.value == doctest::Approx(50e9));    // 400 Gb/s
+  CHECK(h200.devices_per_node == 8);
+  CHECK_FALSE(h200.max_devices.has_value());  // any number of nodes
+
+  const HardwareSpec sn = load("supernode-128");
+  CHECK(*sn.max_devices == 128);
+  CHECK(sn.fabric.scale_up.domain_size == 128);
+  CHECK_FALSE(sn.device.peak_flops.of(Dtype::fp8).has_value());  // no FP8 on the 910C class
+  CHECK(sn.device.hbm_capacity.value == doctest::Approx(128e9));
+
+  const HardwareSpec nvl = load("gb200-nvl72");
+  CHECK(nvl.fabric.scale_up.domain_size == 72);
+  CHECK(nvl.device.peak_flops.bf16.value == doctest::Approx(2.5e15));
+  CHECK(load("cloudmatrix-384").fabric.scale_up.domain_size == 384);
+  CHECK(load("a100-80g-hgx").device.peak_flops.bf16.value == doctest::Approx(312e12));
+}

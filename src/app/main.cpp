@@ -7,6 +7,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <chrono>
+
+#include "app/graph_commands.hpp"
 #include "app/input_info.hpp"
 #include "app/model_info.hpp"
 #include "core/error.hpp"
@@ -56,6 +59,11 @@ int main(int argc, char** argv) {
   sc_info->add_option("SCENARIO", opt.scenario, "Scenario file, or a shipped scenario name (default: the embedded default)");
   sc_info->add_flag("--json", opt.json, "JSON output");
 
+  auto* graph_cmd = app.add_subcommand("graph", "The op graph of a training step")->require_subcommand(1);
+  auto* graph_stats = graph_cmd->add_subcommand("stats", "Ops, FLOPs and bytes of one step over all ranks");
+  graph_stats->add_option("SCENARIO", opt.scenario, "Scenario file or shipped name (default: the embedded default)");
+  graph_stats->add_flag("--json", opt.json, "JSON output");
+
   auto* describe = app.add_subcommand("describe", "Every input field with its type, unit, default and meaning");
   describe->add_option("KIND", opt.describe_kind, "model, hardware or scenario (default: all)")
       ->check(CLI::IsMember({"model", "hardware", "scenario"}));
@@ -85,6 +93,14 @@ int main(int argc, char** argv) {
       const std::string ref = opt.scenario.empty() ? std::string(kDefaultScenario) : opt.scenario;
       const Scenario s = load_scenario(read_input(ref, "scenarios", "SCENARIO"));
       print(opt.json ? scenario_info_json(s) : scenario_info_text(s));
+    } else if (graph_stats->parsed()) {
+      const std::string ref = opt.scenario.empty() ? std::string(kDefaultScenario) : opt.scenario;
+      const Scenario s = load_scenario(read_input(ref, "scenarios", "SCENARIO"));
+      const auto start = std::chrono::steady_clock::now();
+      const StepGraph graph = build_step_graph(s);
+      const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const GraphStats stats = compute_stats(graph);
+      print(opt.json ? graph_stats_json(graph, stats, build_s) : graph_stats_text(graph, stats, build_s));
     } else if (describe->parsed()) {
       print(opt.markdown ? describe_markdown(opt.describe_kind) : describe_text(opt.describe_kind));
     }

@@ -10,13 +10,14 @@
 
 namespace moesim {
 
-enum class Dtype { fp32, tf32, bf16, fp16, fp8, int8, fp4, int4 };
+enum class Dtype { fp32, tf32, bf16, fp16, fp8, int8, fp4, int4, int32 };
 
 // Storage size of one element; tf32 is a compute format stored as fp32.
 constexpr double dtype_bytes(Dtype d) {
   switch (d) {
     case Dtype::fp32:
-    case Dtype::tf32: return 4.0;
+    case Dtype::tf32:
+    case Dtype::int32: return 4.0;
     case Dtype::bf16:
     case Dtype::fp16: return 2.0;
     case Dtype::fp8:
@@ -29,7 +30,7 @@ constexpr double dtype_bytes(Dtype d) {
 
 template <>
 struct EnumNames<Dtype> {
-  static constexpr std::array<std::pair<std::string_view, Dtype>, 8> names{{
+  static constexpr std::array<std::pair<std::string_view, Dtype>, 9> names{{
       {"fp32", Dtype::fp32},
       {"tf32", Dtype::tf32},
       {"bf16", Dtype::bf16},
@@ -38,6 +39,7 @@ struct EnumNames<Dtype> {
       {"int8", Dtype::int8},
       {"fp4", Dtype::fp4},
       {"int4", Dtype::int4},
+      {"int32", Dtype::int32},
   }};
 };
 

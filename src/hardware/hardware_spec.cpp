@@ -15,6 +15,7 @@ std::optional<FlopsPerSecond> PeakFlopsSpec::of(Dtype d) const {
     case Dtype::fp8: return fp8;
     case Dtype::int8:
     case Dtype::int4: return int8;
+    case Dtype::int32: return std::nullopt;
     case Dtype::fp4: return fp4;
   }
   return std::nullopt;

@@ -128,6 +128,27 @@ int64_t routed_expert_params(const ModelSpec& model) {
          ffn_bias_params(model, w, moe.expert_intermediate_size);
 }
 
+LayerParams layer_params(const ModelSpec& m, int64_t layer) {
+  const LayerKinds kinds = m.layer_kinds[static_cast<size_t>(layer - 1)];
+  const int64_t d = m.hidden_size;
+  LayerParams p;
+  p.non_expert = attention_block(m, kinds.attention).total() + 2 * norm_params(m, d);
+  if (kinds.attention == AttentionKind::mla_dsa) p.non_expert += dsa_indexer_block(m).total();
+  if (m.attention_residuals) p.non_expert += 2 * d;
+  if (kinds.ffn == FfnKind::dense) {
+    const int64_t f = m.dense_ffn->intermediate_size;
+    p.non_expert += ffn_matrix_params(m, d, f) + ffn_bias_params(m, d, f);
+    return p;
+  }
+  const auto& moe = *m.moe;
+  const int64_t fs = moe.shared_intermediate_size > 0 ? moe.shared_intermediate_size : moe.expert_intermediate_size;
+  p.non_expert += moe.num_shared_experts * (ffn_matrix_params(m, d, fs) + ffn_bias_params(m, d, fs));
+  if (moe.latent_size > 0) p.non_expert += 2 * d * moe.latent_size + moe.latent_size;
+  p.non_expert += moe.num_experts * d + (moe.router.expert_bias ? moe.num_experts : 0);
+  p.expert = moe.num_experts * routed_expert_params(m);
+  return p;
+}
+
 ParamReport count_params(const ModelSpec& m) {
   const int64_t d = m.hidden_size;
   struct Acc {

@@ -55,6 +55,14 @@ struct FlopReport {
 ParamReport count_params(const ModelSpec& model);
 FlopReport count_flops(const ModelSpec& model, int64_t seq_len);
 
+// Parameters of one layer (1-based), split as FSDP shards them: expert weights over the expert-data-
+// parallel group, the rest over the whole shard group.
+struct LayerParams {
+  int64_t non_expert = 0;
+  int64_t expert = 0;  // all routed experts of the layer
+};
+LayerParams layer_params(const ModelSpec& model, int64_t layer);
+
 // Per-layer building blocks, shared with the graph builder.
 int64_t attention_params(const ModelSpec& model, AttentionKind kind);  // excluding the indexer
 int64_t dsa_indexer_params(const ModelSpec& model);

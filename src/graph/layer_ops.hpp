@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: MIT
+// The forward of each layer kind as a LayerTape: attention (KDA, MLA, MLA+DSA, GQA/MHA), dense FFN
+// and MoE, with tensor, context and expert parallelism, LoRA adapters and fused-op switches.
+// Shapes and FLOP formulas sit beside each op; model/accounting.hpp has the per-token totals these
+// ops add up to.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "graph/tape.hpp"
+#include "model/model_spec.hpp"
+#include "scenario/scenario_spec.hpp"
+
+namespace moesim {
+
+struct LayerContext {
+  const ModelSpec* model = nullptr;
+  const ScenarioSpec* scenario = nullptr;
+  int64_t tokens = 0;    // T: tokens of one micro-batch on this rank (micro_batch x sequence / cp)
+  int64_t seq_len = 0;   // the whole sequence: the keys of causal attention
+  int64_t tp = 1;
+  int64_t cp = 1;
+  int64_t ep = 1;
+  bool sequence_parallel = false;
+  int64_t experts_per_rank = 0;
+  Dtype act = Dtype::bf16;      // activations
+  Dtype compute = Dtype::bf16;  // matmul inputs
+  bool train_base = true;       // base weights trainable (false under LoRA)
+  std::vector<LoraTarget> lora_targets;
+  int64_t lora_rank = 0;
+  FusedOpsSpec fused;
+
+  int64_t sp_tokens() const { return sequence_parallel && tp > 1 ? tokens / tp : tokens; }
+  bool lora_on(LoraTarget t) const;
+};
+
+// The forward of transformer layer `layer` (1-based). Input and output: the residual stream.
+LayerTape build_layer_tape(const LayerContext& c, int64_t layer);
+// Token ids -> the residual stream (first pipeline stage).
+LayerTape build_embedding_tape(const LayerContext& c);
+// The residual stream -> the normalised hidden state the loss reads, TP-gathered (last stage).
+LayerTape build_final_norm_tape(const LayerContext& c);
+
+}  // namespace moesim

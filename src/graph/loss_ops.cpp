@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: MIT
+#include "graph/loss_ops.hpp"
+
+#include <algorithm>
+#include <string>
+
+namespace moesim {
+namespace {
+
+struct Shape {
+  int64_t tokens;
+  int64_t d;
+  int64_t vocab;  // per TP rank (vocabulary-parallel head)
+  bool trainable;
+};
+
+Shape shape_of(const LayerContext& c) {
+  const int64_t v = (c.model->vocab_size + c.tp - 1) / c.tp;
+  return {c.tokens, c.model->hidden_size, v, c.train_base || c.lora_on(LoraTarget::lm_head)};
+}
+
+Op base(OpKind kind, Phase phase, const LayerContext& c, int32_t micro) {
+  Op op;
+  op.kind = kind;
+  op.phase = phase;
+  op.dtype = c.compute;
+  op.layer = static_cast<int32_t>(c.model->num_layers + 1);
+  op.micro = micro;
+  return op;
+}
+
+Op head_gemm(Phase phase, const LayerContext& c, int32_t micro, int64_t rows, const Shape& s) {
+  Op op = base(OpKind::gemm, phase, c, micro);
+  op.m = rows;
+  op.n = s.vocab;
+  op.k = s.d;
+  op.flops = 2.0 * static_cast<double>(rows * s.d * s.vocab);
+  op.bytes_read = static_cast<double>(rows * s.d) * dtype_bytes(c.act) + static_cast<double>(s.d * s.vocab) * dtype_bytes(c.compute);
+  op.bytes_written = static_cast<double>(rows * s.vocab) * 4.0;
+  op.trainable_weight = s.trainable;
+  return op;
+}
+
+// The softmax statistics of vocabulary-parallel cross-entropy are summed over the TP group.
+void tp_statistics(ProgramWriter& w, const LayerContext& c, const TapePolicy& policy, int32_t micro, int64_t rows,
+                   uint32_t after) {
+  if (c.tp == 1) return;
+  Op ar = base(OpKind::all_reduce, Phase::fwd, c, micro);
+  ar.group = GroupKind::tp;
+  ar.stream = policy.comm_on_compute_stream ? Stream::compute : Stream::comm;
+  ar.comm_bytes = static_cast<double>(rows) * 2 * 4.0;  // max and sum of exp, fp32
+  const uint32_t i = w.add(ar, "loss.tp_softmax_stats");
+  if (w.program().ops[i].stream != w.program().ops[after].stream) w.depend(i, after);
+}
+
+}  // namespace
+
+LossState emit_loss_forward(ProgramWriter& w, const LayerContext& c, const TapePolicy& policy, int32_t micro,
+                            uint32_t x_buffer, uint32_t x_producer) {
+  const Shape s = shape_of(c);
+  const LossKind kind = c.scenario->loss.kind;
+  LossState st{x_buffer, x_producer, {}, 0};
+  auto depend_on_x = [&](uint32_t op) {
+    if (w.program().ops[op].stream != w.program().ops[x_producer].stream) w.depend(op, x_producer);
+  };
+  const TensorDesc x_desc{{s.tokens, s.d, 0, 0}, c.act};
+  if (kind == LossKind::full) {
+    const TensorDesc logits{{s.tokens, s.vocab, 0, 0}, Dtype::fp32};
+    const uint32_t g = w.add(head_gemm(Phase::fwd, c, micro, s.tokens, s), "lm_head", std::span(&x_desc, 1),
+                             std::span(&logits, 1));
+    depend_on_x(g);
+    const uint32_t lb = w.buffer(logits.bytes(), MemCategory::logits, "loss.logits");
+    w.effect(g, lb, MemAction::alloc);
+    tp_statistics(w, c, policy, micro, s.tokens, g);
+    Op ce = base(OpKind::cross_entropy, Phase::fwd, c, micro);
+    ce.dtype = Dtype::fp32;
+    ce.flops = 4.0 * static_cast<double>(s.tokens * s.vocab);
+    ce.bytes_read = logits.bytes();
+    ce.bytes_written = static_cast<double>(s.tokens) * 4.0;
+    st.last_forward_op = w.add(ce, "loss.cross_entropy", std::span(&logits, 1));
+    st.saved.push_back(lb);
+    return st;
+  }
+  if (kind == LossKind::chunked) {
+    const int64_t chunk = std::min(c.scenario->loss.chunk_tokens, s.tokens);
+    for (int64_t start = 0, j = 0; start < s.tokens; start += chunk, ++j) {
+      const int64_t rows = std::min(chunk, s.tokens - start);
+      const TensorDesc logits{{rows, s.vocab, 0, 0}, Dtype::fp32};
+      const uint32_t g = w.add(head_gemm(Phase::fwd, c, micro, rows, s), "lm_head.chunk" + std::to_string(j),
+                               std::span(&x_desc, 1), std::span(&logits, 1));
+      depend_on_x(g);
+      const uint32_t lb = w.buffer(logits.bytes(), MemCategory::logits, "loss.logits_chunk");
+      w.effect(g, lb, MemAction::alloc);
+      tp_statistics(w, c, policy, micro, rows, g);
+      Op ce = base(OpKind::cross_entropy, Phase::fwd, c, micro);
+      ce.dtype = Dtype::fp32;
+      ce.flops = 4.0 * static_cast<double>(rows * s.vocab);
+      ce.bytes_read = logits.bytes();
+      ce.bytes_written = static_cast<double>(rows) * 4.0;
+      st.last_forward_op = w.add(ce, "loss.cross_entropy.chunk" + std::to_string(j), std::span(&logits, 1));
+      w.effect(st.last_forward_op, lb, MemAction::free);
+    }
+    return st;
+  }
+  // cce
+  Op op = head_gemm(Phase::fwd, c, micro, s.tokens, s);
+  op.kind = OpKind::cce_loss;
+  op.bytes_written = static_cast<double>(s.tokens) * 4.0;  // log-sum-exp only
+  op.num_groups = static_cast<int32_t>((s.vocab + c.scenario->loss.vocab_chunk - 1) / c.scenario->loss.vocab_chunk);
+  st.last_forward_op = w.add(op, "loss.cce", std::span(&x_desc, 1));
+  depend_on_x(st.last_forward_op);
+  tp_statistics(w, c, policy, micro, s.tokens, st.last_forward_op);
+  return st;
+}
+
+std::pair<uint32_t, uint32_t> emit_loss_backward(ProgramWriter& w, const LayerContext& c, const TapePolicy& policy,
+                                                 int32_t micro, const LossState& st) {
+  (void)policy;
+  const Shape s = shape_of(c);
+  const LossKind kind = c.scenario->loss.kind;
+  const TensorDesc x_desc{{s.tokens, s.d, 0, 0}, c.act};
+  const uint32_t dx = w.buffer(x_desc.bytes(), MemCategory::gradient, "loss.grad_x");
+  const double gemm_flops = 2.0 * static_cast<double>(s.tokens * s.d * s.vocab);
+  if (kind == LossKind::full) {
+    const TensorDesc logits{{s.tokens, s.vocab, 0, 0}, Dtype::fp32};
+    Op ce = base(OpKind::cross_entropy, Phase::bwd, c, micro);
+    ce.dtype = Dtype::fp32;
+    ce.flops = 2.0 * static_cast<double>(s.tokens * s.vocab);
+    ce.bytes_read = logits.bytes();
+    ce.bytes_written = logits.bytes();  // the logits gradient overwrites the logits
+    w.add(ce, "loss.cross_entropy.bwd", std::span(&logits, 1), std::span(&logits, 1));
+    Op g = head_gemm(Phase::bwd, c, micro, s.tokens, s);
+    g.flops = gemm_flops * (s.trainable ? 2 : 1);
+    g.bytes_written = x_desc.bytes();
+    const uint32_t gi = w.add(g, "lm_head.bwd", std::span(&logits, 1), std::span(&x_desc, 1));
+    w.effect(gi, dx, MemAction::alloc);
+    for (uint32_t b : st.saved) w.effect(gi, b, MemAction::free);
+    w.effect(gi, st.x_buffer, MemAction::free);
+    return {dx, gi};
+  }
+  if (kind == LossKind::chunked) {
+    const int64_t chunk = std::min(c.scenario->loss.chunk_tokens, s.tokens);
+    uint32_t last = 0;
+    for (int64_t start = 0, j = 0; start < s.tokens; start += chunk, ++j) {
+      const int64_t rows = std::min(chunk, s.tokens - start);
+      const TensorDesc logits{{rows, s.vocab, 0, 0}, Dtype::fp32};
+      const uint32_t r = w.add(head_gemm(Phase::recompute, c, micro, rows, s), "lm_head.chunk" + std::to_string(j),
+                               std::span(&x_desc, 1), std::span(&logits, 1));
+      const uint32_t lb = w.buffer(logits.bytes(), MemCategory::logits, "loss.logits_chunk.recompute");
+      w.effect(r, lb, MemAction::alloc);
+      if (j == 0) w.effect(r, dx, MemAction::alloc);
+      Op ce = base(OpKind::cross_entropy, Phase::bwd, c, micro);
+      ce.dtype = Dtype::fp32;
+      ce.flops = 6.0 * static_cast<double>(rows * s.vocab);
+      ce.bytes_read = logits.bytes();
+      ce.bytes_written = logits.bytes();
+      w.add(ce, "loss.cross_entropy.chunk" + std::to_string(j) + ".bwd", std::span(&logits, 1), std::span(&logits, 1));
+      Op g = head_gemm(Phase::bwd, c, micro, rows, s);
+      g.flops = 2.0 * static_cast<double>(rows * s.d * s.vocab) * (s.trainable ? 2 : 1);
+      last = w.add(g, "lm_head.chunk" + std::to_string(j) + ".bwd", std::span(&logits, 1), std::span(&x_desc, 1));
+      w.effect(last, lb, MemAction::free);
+    }
+    w.effect(last, st.x_buffer, MemAction::free);
+    return {dx, last};
+  }
+  // cce: logits recomputed blockwise (one kernel with the backward; two ops here so that the
+  // recomputation is not counted as model FLOPs), then the input (and weight) gradients.
+  const auto blocks = static_cast<int32_t>((s.vocab + c.scenario->loss.vocab_chunk - 1) / c.scenario->loss.vocab_chunk);
+  Op re = head_gemm(Phase::recompute, c, micro, s.tokens, s);
+  re.kind = OpKind::cce_loss;
+  re.bytes_written = 0;
+  re.num_groups = blocks;
+  w.add(re, "loss.cce.recompute", std::span(&x_desc, 1));
+  Op op = head_gemm(Phase::bwd, c, micro, s.tokens, s);
+  op.kind = OpKind::cce_loss;
+  op.flops = gemm_flops * (s.trainable ? 2 : 1);
+  op.bytes_written = x_desc.bytes();
+  op.num_groups = blocks;
+  const uint32_t i = w.add(op, "loss.cce.bwd", std::span(&x_desc, 1), std::span(&x_desc, 1));
+  w.effect(i, dx, MemAction::alloc);
+  w.effect(i, st.x_buffer, MemAction::free);
+  return {dx, i};
+}
+
+}  // namespace moesim

@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: MIT
+#include "graph/program.hpp"
+
+#include <cassert>
+
+namespace moesim {
+
+uint32_t ProgramWriter::intern(std::string_view name) {
+  auto [it, inserted] = name_ids_.try_emplace(std::string(name), static_cast<uint32_t>(p_.names.size()));
+  if (inserted) p_.names.emplace_back(name);
+  return it->second;
+}
+
+uint32_t ProgramWriter::add(Op op, std::string_view name, std::span<const TensorDesc> inputs,
+                            std::span<const TensorDesc> outputs) {
+  op.name = intern(name);
+  op.first_tensor = static_cast<uint32_t>(p_.tensors.size());
+  op.num_inputs = static_cast<uint16_t>(inputs.size());
+  op.num_outputs = static_cast<uint16_t>(outputs.size());
+  p_.tensors.insert(p_.tensors.end(), inputs.begin(), inputs.end());
+  p_.tensors.insert(p_.tensors.end(), outputs.begin(), outputs.end());
+  op.first_effect = static_cast<uint32_t>(p_.effects.size());
+  op.num_effects = 0;
+  op.first_dep = static_cast<uint32_t>(p_.deps.size());
+  op.num_deps = 0;
+  p_.ops.push_back(op);
+  return last();
+}
+
+void ProgramWriter::depend(uint32_t op, uint32_t on) {
+  assert(op == last() && on < op);
+  p_.deps.push_back(on);
+  ++p_.ops[op].num_deps;
+}
+
+void ProgramWriter::effect(uint32_t op, uint32_t buffer, MemAction action) {
+  assert(op == last());
+  p_.effects.push_back(MemEffect{buffer, action});
+  ++p_.ops[op].num_effects;
+}
+
+uint32_t ProgramWriter::buffer(double bytes, MemCategory category, std::string_view name) {
+  p_.buffers.push_back(Buffer{bytes, category, intern(name)});
+  return static_cast<uint32_t>(p_.buffers.size() - 1);
+}
+
+}  // namespace moesim

@@ -1,0 +1,528 @@
+// SPDX-License-Identifier: MIT
+// Building a step: units and their FSDP collectives, the pipeline schedule, and the per-layer
+// tapes emitted in schedule order.
+#include "graph/step_graph.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "graph/layer_ops.hpp"
+#include "graph/loss_ops.hpp"
+#include "graph/tape.hpp"
+#include "model/accounting.hpp"
+
+namespace moesim {
+namespace {
+
+// One forward or backward of one model chunk of one micro-batch.
+struct Action {
+  bool forward;
+  int64_t micro;
+  int64_t chunk;  // virtual chunk on this stage
+};
+
+// Megatron's 1F1B and interleaved 1F1B orders for one stage.
+std::vector<Action> pipeline_schedule(int64_t stage, int64_t stages, int64_t chunks, int64_t micros) {
+  std::vector<Action> out;
+  const int64_t total = micros * chunks;
+  auto fwd_at = [&](int64_t k) {
+    const int64_t group = k / (stages * chunks);
+    return Action{true, group * stages + k % stages, (k / stages) % chunks};
+  };
+  auto bwd_at = [&](int64_t k) {
+    const int64_t group = k / (stages * chunks);
+    return Action{false, group * stages + k % stages, chunks - 1 - (k / stages) % chunks};
+  };
+  if (chunks == 1) {
+    const int64_t warmup = std::min(stages - stage - 1, micros);
+    for (int64_t m = 0; m < warmup; ++m) out.push_back({true, m, 0});
+    for (int64_t m = warmup; m < micros; ++m) {
+      out.push_back({true, m, 0});
+      out.push_back({false, m - warmup, 0});
+    }
+    for (int64_t m = micros - warmup; m < micros; ++m) out.push_back({false, m, 0});
+    return out;
+  }
+  const int64_t warmup = std::min((stages - stage - 1) * 2 + (chunks - 1) * stages, total);
+  for (int64_t k = 0; k < warmup; ++k) out.push_back(fwd_at(k));
+  for (int64_t k = warmup; k < total; ++k) {
+    out.push_back(fwd_at(k));
+    out.push_back(bwd_at(k - warmup));
+  }
+  for (int64_t k = total - warmup; k < total; ++k) out.push_back(bwd_at(k));
+  return out;
+}
+
+// Per-rank sizes of an FSDP unit (a layer, the embedding, or the head).
+struct Unit {
+  double params = 0;             // non-expert parameters on this TP rank (before FSDP sharding)
+  double expert_params = 0;      // this EP rank's experts on this TP rank
+  double trainable = 0;          // of params
+  double expert_trainable = 0;   // of expert_params
+};
+
+class StepBuilder {
+ public:
+  StepBuilder(const Scenario& s, const ParallelPlan& plan) : s_(s), spec_(s.spec), m_(s.model), plan_(plan) {
+    const auto& p = spec_.parallel;
+    c_.model = &m_;
+    c_.scenario = &spec_;
+    c_.tokens = spec_.batch.micro_batch_size * spec_.batch.sequence_length / p.cp;
+    c_.seq_len = spec_.batch.sequence_length;
+    c_.tp = p.tp.degree;
+    c_.cp = p.cp;
+    c_.ep = p.ep;
+    c_.sequence_parallel = p.tp.sequence_parallel && p.tp.degree > 1;
+    c_.experts_per_rank = m_.moe ? m_.moe->num_experts / p.ep : 0;
+    c_.act = spec_.training.precision.activations;
+    c_.compute = spec_.training.precision.compute;
+    c_.train_base = spec_.training.mode != TrainingMode::lora;
+    if (spec_.training.lora) {
+      c_.lora_targets = spec_.training.lora->targets;
+      c_.lora_rank = spec_.training.lora->rank;
+    }
+    c_.fused = spec_.fused_ops;
+    num_micro_ = spec_.batch.global_batch_size / (spec_.batch.micro_batch_size * p.dp());
+    fsdp_size_ = plan.group_size(GroupKind::fsdp);
+    edp_size_ = plan.group_size(GroupKind::edp);
+  }
+
+  int64_t num_micro() const { return num_micro_; }
+  int64_t tokens() const { return c_.tokens; }
+
+  Program build(int64_t stage) {
+    Program program;
+    program.stage = stage;
+    ProgramWriter w(program);
+    const auto& pp = spec_.parallel.pp;
+    const int64_t chunks = pp.virtual_stages;
+    const int64_t per_chunk = m_.num_layers / (pp.stages * chunks);
+    // Layers of each virtual chunk of this stage, and the units they make.
+    std::vector<std::vector<int64_t>> chunk_layers(static_cast<size_t>(chunks));
+    for (int64_t v = 0; v < chunks; ++v) {
+      const int64_t g = v * pp.stages + stage;
+      for (int64_t l = g * per_chunk + 1; l <= (g + 1) * per_chunk; ++l) chunk_layers[static_cast<size_t>(v)].push_back(l);
+    }
+    units_.clear();
+    if (stage == 0) units_[0] = embedding_unit();
+    if (stage == (pp.stages * chunks - 1) % pp.stages) units_[m_.num_layers + 1] = head_unit();
+    for (const auto& layers : chunk_layers) {
+      for (int64_t l : layers) units_[l] = layer_unit(l);
+    }
+    persistent(program);
+
+    for (const Action& a : pipeline_schedule(stage, pp.stages, chunks, num_micro_)) {
+      const int64_t g = a.chunk * pp.stages + stage;
+      const auto& layers = chunk_layers[static_cast<size_t>(a.chunk)];
+      if (a.forward) {
+        forward(w, a.micro, g, layers);
+      } else {
+        backward(w, a.micro, g, layers);
+      }
+    }
+    optimizer(w);
+    return program;
+  }
+
+ private:
+  TapePolicy policy_for(int64_t layer) const {
+    TapePolicy p;
+    p.comm_on_compute_stream = !spec_.overlap.comm_compute;
+    if (layer >= 1 && layer <= m_.num_layers) {
+      if (spec_.recompute.layers.contains(layer)) p.recompute = spec_.recompute.policy;
+      if (spec_.swap.enabled && spec_.swap.layers.contains(layer)) p.swap = spec_.swap.ops;
+    }
+    return p;
+  }
+
+  Stream comm_stream() const { return spec_.overlap.comm_compute ? Stream::comm : Stream::compute; }
+
+  Unit layer_unit(int64_t layer) const {
+    const LayerParams lp = layer_params(m_, layer);
+    Unit u;
+    u.params = static_cast<double>(lp.non_expert) / static_cast<double>(c_.tp);
+    u.expert_params = static_cast<double>(lp.expert) / static_cast<double>(spec_.parallel.ep * c_.tp);
+    if (c_.train_base) {
+      u.trainable = u.params;
+      u.expert_trainable = u.expert_params;
+      return u;
+    }
+    // LoRA: the adapters of this layer, as the tape builds them.
+    const LayerTape tape = build_layer_tape(c_, layer);
+    for (const auto& op : tape.ops()) {
+      if (op.op.kind != OpKind::lora_gemm) continue;
+      const double p = static_cast<double>(op.op.k * op.op.n);
+      if (op.op.num_groups > 0) {
+        u.expert_trainable += p * op.op.num_groups;
+      } else {
+        u.trainable += p;
+      }
+    }
+    u.params += u.trainable;
+    u.expert_params += u.expert_trainable;
+    return u;
+  }
+
+  Unit embedding_unit() const {
+    Unit u;
+    u.params = static_cast<double>(m_.vocab_size * m_.hidden_size);
+    if (m_.position == PositionKind::learned) u.params += static_cast<double>(m_.max_position_embeddings * m_.hidden_size);
+    u.trainable = c_.train_base ? u.params : 0;
+    return u;
+  }
+
+  Unit head_unit() const {
+    Unit u;
+    const double head = m_.tie_word_embeddings ? 0.0 : static_cast<double>(m_.vocab_size * m_.hidden_size) / static_cast<double>(c_.tp);
+    u.params = head + static_cast<double>(m_.hidden_size);
+    if (c_.train_base) {
+      u.trainable = u.params;
+    } else if (c_.lora_on(LoraTarget::lm_head)) {
+      u.trainable = static_cast<double>(c_.lora_rank * (m_.hidden_size + m_.vocab_size / c_.tp));
+      u.params += u.trainable;
+    }
+    return u;
+  }
+
+  void persistent(Program& p) const {
+    const auto& prec = spec_.training.precision;
+    const double states = spec_.training.optimizer.kind == OptimizerKind::adamw ? 2.0 : 1.0;
+    for (const auto& [layer, u] : units_) {
+      const double shard = u.params / static_cast<double>(fsdp_size_);
+      const double expert_shard = u.expert_params / static_cast<double>(edp_size_);
+      const double trainable = u.trainable / static_cast<double>(fsdp_size_) + u.expert_trainable / static_cast<double>(edp_size_);
+      p.persistent.params += (shard + expert_shard - trainable) * dtype_bytes(prec.params);
+      p.persistent.master_params += trainable * dtype_bytes(prec.master_params);
+      p.persistent.grads += trainable * dtype_bytes(prec.grads);
+      p.persistent.optimizer_states += states * trainable * dtype_bytes(prec.optimizer_states);
+    }
+  }
+
+  // FSDP2 all-gathers of a unit; returns the ops and the gathered buffers they fill.
+  void gather(ProgramWriter& w, int64_t layer, int32_t micro, Phase phase, std::vector<uint32_t>& ops,
+              std::vector<uint32_t>& buffers, int64_t after) {
+    const Unit& u = units_.at(layer);
+    const double bytes = dtype_bytes(spec_.training.precision.params);
+    auto one = [&](GroupKind group, double params, const char* what) {
+      if (params <= 0 || plan_.group_size(group) == 1) return;
+      Op op;
+      op.kind = OpKind::all_gather;
+      op.phase = phase;
+      op.stream = comm_stream();
+      op.group = group;
+      op.layer = static_cast<int32_t>(layer);
+      op.micro = micro;
+      op.comm_bytes = params * bytes;
+      const uint32_t i = w.add(op, unit_name(layer) + ".fsdp_all_gather." + what);
+      if (after >= 0 && w.program().ops[static_cast<size_t>(after)].stream != op.stream) w.depend(i, static_cast<uint32_t>(after));
+      const uint32_t b = w.buffer(params * bytes, MemCategory::gathered_params, unit_name(layer) + ".gathered." + what);
+      w.effect(i, b, MemAction::alloc);
+      ops.push_back(i);
+      buffers.push_back(b);
+    };
+    one(GroupKind::fsdp, u.params, "params");
+    one(GroupKind::edp, u.expert_params, "experts");
+  }
+
+  // Gradient reduction of a unit after its backward: reduce-scatter over the shard groups, then
+  // all-reduce over replicate groups (HSDP), or all-reduce alone (DDP).
+  int64_t reduce(ProgramWriter& w, int64_t layer, int32_t micro, uint32_t after, const std::vector<uint32_t>& grad_buffers) {
+    const Unit& u = units_.at(layer);
+    const double bytes = dtype_bytes(spec_.training.precision.grad_reduce);
+    int64_t last = -1;
+    size_t next_buffer = 0;
+    auto one = [&](OpKind kind, GroupKind group, double elements, const std::string& what, bool frees) {
+      Op op;
+      op.kind = kind;
+      op.phase = Phase::bwd;
+      op.stream = comm_stream();
+      op.group = group;
+      op.layer = static_cast<int32_t>(layer);
+      op.micro = micro;
+      op.comm_bytes = elements * bytes;
+      const uint32_t i = w.add(op, unit_name(layer) + "." + what);
+      const uint32_t dep = last >= 0 ? static_cast<uint32_t>(last) : after;
+      if (w.program().ops[dep].stream != op.stream) w.depend(i, dep);
+      if (frees && next_buffer < grad_buffers.size()) w.effect(i, grad_buffers[next_buffer++], MemAction::free);
+      last = i;
+    };
+    const int64_t rep = plan_.group_size(GroupKind::replicate);
+    struct Part {
+      GroupKind shard_group;
+      double trainable;
+      const char* name;
+    };
+    for (const Part& part : {Part{GroupKind::fsdp, u.trainable, "params"}, Part{GroupKind::edp, u.expert_trainable, "experts"}}) {
+      if (part.trainable <= 0) continue;
+      const int64_t shards = plan_.group_size(part.shard_group);
+      if (shards > 1) {
+        one(OpKind::reduce_scatter, part.shard_group, part.trainable, std::string("fsdp_reduce_scatter.") + part.name, true);
+        if (rep > 1) one(OpKind::all_reduce, GroupKind::replicate, part.trainable / static_cast<double>(shards),
+                         std::string("hsdp_all_reduce.") + part.name, false);
+      } else if (rep > 1) {
+        one(OpKind::all_reduce, GroupKind::replicate, part.trainable, std::string("ddp_all_reduce.") + part.name, true);
+      } else {
+        // Nothing to reduce: the unsharded gradients are the sharded ones.
+        ++next_buffer;
+      }
+    }
+    return last;
+  }
+
+  // Unsharded gradient buffers of a unit's backward, in the order reduce() releases them.
+  std::vector<uint32_t> grad_buffers(ProgramWriter& w, int64_t layer) {
+    const Unit& u = units_.at(layer);
+    const double bytes = dtype_bytes(spec_.training.precision.grad_reduce);
+    std::vector<uint32_t> out;
+    const bool reduced = plan_.group_size(GroupKind::fsdp) > 1 || plan_.group_size(GroupKind::edp) > 1 ||
+                         plan_.group_size(GroupKind::replicate) > 1;
+    if (!reduced) return out;
+    if (u.trainable > 0) out.push_back(w.buffer(u.trainable * bytes, MemCategory::unsharded_grads, unit_name(layer) + ".grads"));
+    if (u.expert_trainable > 0) {
+      out.push_back(w.buffer(u.expert_trainable * bytes, MemCategory::unsharded_grads, unit_name(layer) + ".expert_grads"));
+    }
+    return out;
+  }
+
+  std::string unit_name(int64_t layer) const {
+    if (layer == 0) return "embedding";
+    if (layer == m_.num_layers + 1) return "head";
+    return "layer" + std::to_string(layer);
+  }
+
+  EmitScope scope(int64_t layer, int64_t micro) const {
+    EmitScope sc;
+    sc.layer = static_cast<int32_t>(layer);
+    sc.micro = static_cast<int32_t>(micro);
+    sc.prefix = unit_name(layer) + ".";
+    return sc;
+  }
+
+  // Point-to-point between pipeline stages: `offset` in the pp group.
+  uint32_t p2p(ProgramWriter& w, OpKind kind, int64_t offset, int64_t micro, int64_t layer, Phase phase, double bytes,
+               const std::string& name) {
+    Op op;
+    op.kind = kind;
+    op.phase = phase;
+    op.stream = comm_stream();
+    op.group = GroupKind::pp;
+    op.peer_offset = static_cast<int8_t>(offset);
+    op.layer = static_cast<int32_t>(layer);
+    op.micro = static_cast<int32_t>(micro);
+    op.comm_bytes = bytes;
+    return w.add(op, name);
+  }
+
+  struct Boundary {  // the residual stream between layers
+    uint32_t buffer;
+    int64_t producer;
+  };
+
+  void forward(ProgramWriter& w, int64_t micro, int64_t g, const std::vector<int64_t>& layers) {
+    const auto& pp = spec_.parallel.pp;
+    const int64_t stages = pp.stages;
+    const int64_t last_chunk = stages * pp.virtual_stages - 1;
+    const double hidden_bytes = static_cast<double>(c_.sp_tokens() * m_.hidden_size) * dtype_bytes(c_.act);
+    const int32_t mi = static_cast<int32_t>(micro);
+    Boundary h{0, -1};
+    if (g == 0) {
+      const uint32_t ids = w.buffer(static_cast<double>(c_.sp_tokens()) * 4.0, MemCategory::activation, "token_ids");
+      h = run_unit_forward(w, 0, micro, build_embedding_tape(c_), Boundary{ids, -1}, {ids});
+    } else {
+      const int64_t from = (g - 1) % stages - (g % stages);
+      const uint32_t r = p2p(w, OpKind::recv, from, micro, layers.front(), Phase::fwd, hidden_bytes, "pp_recv.activation");
+      const uint32_t b = w.buffer(hidden_bytes, MemCategory::activation, "pp.activation_in");
+      w.effect(r, b, MemAction::alloc);
+      h = Boundary{b, r};
+    }
+    for (int64_t l : layers) h = run_unit_forward(w, l, micro, build_layer_tape(c_, l), h, {});
+    if (g == last_chunk) {
+      const int64_t head = m_.num_layers + 1;
+      h = run_unit_forward(w, head, micro, build_final_norm_tape(c_), h, {});
+      loss_[micro] = emit_loss_forward(w, c_, policy_for(head), mi, h.buffer, static_cast<uint32_t>(h.producer));
+    } else {
+      const int64_t to = (g + 1) % stages - (g % stages);
+      const uint32_t sidx = p2p(w, OpKind::send, to, micro, layers.back(), Phase::fwd, hidden_bytes, "pp_send.activation");
+      if (w.program().ops[static_cast<size_t>(h.producer)].stream != w.program().ops[sidx].stream) {
+        w.depend(sidx, static_cast<uint32_t>(h.producer));
+      }
+      w.effect(sidx, h.buffer, MemAction::free);
+    }
+  }
+
+  Boundary run_unit_forward(ProgramWriter& w, int64_t layer, int64_t micro, const LayerTape& tape, Boundary in,
+                            std::vector<uint32_t> alloc_first) {
+    EmitScope sc = scope(layer, micro);
+    std::vector<uint32_t> gathered;
+    const int64_t anchor = prefetch_anchor_forward(layer);
+    gather(w, layer, static_cast<int32_t>(micro), Phase::fwd, sc.first_op_deps, gathered, anchor);
+    sc.alloc_at_start = std::move(alloc_first);
+    if (spec_.parallel.fsdp.reshard_after_forward) {
+      sc.free_at_end = gathered;
+    } else {
+      held_[{micro, layer}] = gathered;
+    }
+    TapeState st = emit_forward(w, tape, policy_for(layer), sc, in.buffer, in.producer);
+    first_fwd_op_[layer] = st.first_op;
+    const Boundary out{st.output_buffer, st.output_producer};
+    states_[{micro, layer}] = std::move(st);
+    return out;
+  }
+
+  // The op whose start lets layer `layer`'s gathers begin: `prefetch` layers earlier.
+  int64_t prefetch_anchor_forward(int64_t layer) const {
+    const int64_t k = spec_.parallel.fsdp.prefetch;
+    auto it = first_fwd_op_.find(layer - std::max<int64_t>(k, 1));
+    if (it == first_fwd_op_.end()) return -1;
+    return it->second;
+  }
+
+  void backward(ProgramWriter& w, int64_t micro, int64_t g, const std::vector<int64_t>& layers) {
+    const auto& pp = spec_.parallel.pp;
+    const int64_t stages = pp.stages;
+    const int64_t last_chunk = stages * pp.virtual_stages - 1;
+    const double hidden_bytes = static_cast<double>(c_.sp_tokens() * m_.hidden_size) * dtype_bytes(c_.act);
+    const int32_t mi = static_cast<int32_t>(micro);
+    Boundary grad{0, -1};
+    int64_t anchor = -1;
+    if (g == last_chunk) {
+      const int64_t head = m_.num_layers + 1;
+      auto [dx, producer] = emit_loss_backward(w, c_, policy_for(head), mi, loss_.at(micro));
+      anchor = producer;
+      grad = run_unit_backward(w, head, micro, build_final_norm_tape(c_), Boundary{dx, producer}, anchor);
+      anchor = grad.producer;
+    } else {
+      const int64_t from = (g + 1) % stages - (g % stages);
+      const uint32_t r = p2p(w, OpKind::recv, from, micro, layers.back(), Phase::bwd, hidden_bytes, "pp_recv.gradient");
+      const uint32_t b = w.buffer(hidden_bytes, MemCategory::gradient, "pp.gradient_in");
+      w.effect(r, b, MemAction::alloc);
+      grad = Boundary{b, r};
+      anchor = r;
+    }
+    for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+      const Boundary before = grad;
+      grad = run_unit_backward(w, *it, micro, build_layer_tape(c_, *it), grad, anchor);
+      anchor = first_bwd_op_.at(*it);
+      (void)before;
+    }
+    if (g == 0) {
+      if (c_.train_base) grad = run_unit_backward(w, 0, micro, build_embedding_tape(c_), grad, anchor);
+      else release_embedding(w, micro, grad);
+    } else {
+      const int64_t to = (g - 1) % stages - (g % stages);
+      const uint32_t s = p2p(w, OpKind::send, to, micro, layers.front(), Phase::bwd, hidden_bytes, "pp_send.gradient");
+      if (w.program().ops[static_cast<size_t>(grad.producer)].stream != w.program().ops[s].stream) {
+        w.depend(s, static_cast<uint32_t>(grad.producer));
+      }
+      w.effect(s, grad.buffer, MemAction::free);
+    }
+  }
+
+  // A frozen embedding has no backward: the gradient arriving at it and the kept token ids end.
+  void release_embedding(ProgramWriter& w, int64_t micro, Boundary grad) {
+    TapeState& st = states_.at({micro, 0});
+    Op op;
+    op.kind = OpKind::elementwise;
+    op.phase = Phase::bwd;
+    op.layer = 0;
+    op.micro = static_cast<int32_t>(micro);
+    const uint32_t i = w.add(op, "embedding.release");
+    if (grad.producer >= 0 && w.program().ops[static_cast<size_t>(grad.producer)].stream != Stream::compute) {
+      w.depend(i, static_cast<uint32_t>(grad.producer));
+    }
+    w.effect(i, grad.buffer, MemAction::free);
+    for (int64_t b : st.buffer) {
+      if (b >= 0 && static_cast<uint32_t>(b) != st.output_buffer) w.effect(i, static_cast<uint32_t>(b), MemAction::free);
+    }
+    states_.erase({micro, 0});
+  }
+
+  Boundary run_unit_backward(ProgramWriter& w, int64_t layer, int64_t micro, const LayerTape& tape, Boundary grad_out,
+                             int64_t anchor) {
+    EmitScope sc = scope(layer, micro);
+    std::vector<uint32_t> gathered;
+    if (spec_.parallel.fsdp.reshard_after_forward) {
+      gather(w, layer, static_cast<int32_t>(micro), Phase::bwd, sc.first_op_deps, gathered, prefetch_anchor_backward(layer));
+    } else {
+      gathered = held_.at({micro, layer});
+      held_.erase({micro, layer});
+    }
+    sc.free_at_end = gathered;
+    const std::vector<uint32_t> grads = grad_buffers(w, layer);
+    sc.alloc_at_start = grads;
+    TapeState& st = states_.at({micro, layer});
+    const BackwardResult r = emit_backward(w, tape, policy_for(layer), sc, st, grad_out.buffer, grad_out.producer, anchor);
+    first_bwd_op_[layer] = r.first_op;
+    const int64_t reduced = reduce(w, layer, static_cast<int32_t>(micro), r.last_op, grads);
+    if (reduced >= 0) last_reduce_[layer] = reduced;
+    states_.erase({micro, layer});
+    return Boundary{r.input_grad_buffer, r.input_grad_producer};
+  }
+
+  int64_t prefetch_anchor_backward(int64_t layer) const {
+    const int64_t k = std::max<int64_t>(spec_.parallel.fsdp.prefetch, 1);
+    auto it = first_bwd_op_.find(layer + k);
+    if (it == first_bwd_op_.end()) return -1;
+    return it->second;
+  }
+
+  void optimizer(ProgramWriter& w) {
+    const auto& prec = spec_.training.precision;
+    const double states = spec_.training.optimizer.kind == OptimizerKind::adamw ? 2.0 : 1.0;
+    for (const auto& [layer, u] : units_) {
+      const double trainable = u.trainable / static_cast<double>(fsdp_size_) + u.expert_trainable / static_cast<double>(edp_size_);
+      if (trainable <= 0) continue;
+      Op op;
+      op.kind = OpKind::optimizer;
+      op.phase = Phase::optimizer;
+      op.dtype = Dtype::fp32;
+      op.layer = static_cast<int32_t>(layer);
+      op.flops = 12.0 * trainable;  // AdamW: moments, bias correction, decoupled decay, update
+      const double per_param = dtype_bytes(prec.master_params) + dtype_bytes(prec.grads) + states * dtype_bytes(prec.optimizer_states);
+      op.bytes_read = trainable * per_param;
+      op.bytes_written = trainable * (dtype_bytes(prec.master_params) + states * dtype_bytes(prec.optimizer_states));
+      const uint32_t i = w.add(op, unit_name(layer) + ".adamw");
+      auto it = last_reduce_.find(layer);
+      if (it != last_reduce_.end() && w.program().ops[static_cast<size_t>(it->second)].stream != Stream::compute) {
+        w.depend(i, static_cast<uint32_t>(it->second));
+      }
+    }
+  }
+
+  const Scenario& s_;
+  const ScenarioSpec& spec_;
+  const ModelSpec& m_;
+  const ParallelPlan& plan_;
+  LayerContext c_;
+  int64_t num_micro_ = 1;
+  int64_t fsdp_size_ = 1;
+  int64_t edp_size_ = 1;
+  std::map<int64_t, Unit> units_;
+  std::map<std::pair<int64_t, int64_t>, TapeState> states_;
+  std::map<std::pair<int64_t, int64_t>, std::vector<uint32_t>> held_;
+  std::map<int64_t, LossState> loss_;
+  std::map<int64_t, uint32_t> first_fwd_op_;
+  std::map<int64_t, uint32_t> first_bwd_op_;
+  std::map<int64_t, int64_t> last_reduce_;
+};
+
+}  // namespace
+
+StepGraph build_step_graph(const Scenario& s) {
+  StepGraph g;
+  g.scenario = s.spec.name;
+  g.plan = build_parallel_plan(s.spec);
+  StepBuilder builder(s, g.plan);
+  for (int64_t stage = 0; stage < g.plan.num_programs(); ++stage) g.programs.push_back(builder.build(stage));
+  g.num_micro_batches = builder.num_micro();
+  g.tokens_per_micro_batch = builder.tokens();
+  g.tokens_per_step = s.spec.batch.global_batch_size * s.spec.batch.sequence_length;
+  g.seq_len = s.spec.batch.sequence_length;
+  if (s.model.moe) {
+    g.routing.emplace(s.spec.routing, s.model.moe->num_experts, s.model.moe->top_k, s.spec.parallel.ep,
+                      s.routing_histogram);
+  }
+  return g;
+}
+
+}  // namespace moesim

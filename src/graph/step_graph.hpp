@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: MIT
+// StepGraph: the per-rank programs of one training step of a scenario - forward and backward of
+// every micro-batch in the pipeline schedule, FSDP2 gathers and reduce-scatters, expert
+// all-to-alls, recompute and swap, and the optimizer - with the plan that maps ranks to programs
+// and the routing sampler that sizes each rank's expert traffic.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "graph/program.hpp"
+#include "graph/routing.hpp"
+#include "plan/parallel_plan.hpp"
+#include "scenario/scenario_spec.hpp"
+
+namespace moesim {
+
+struct StepGraph {
+  std::string scenario;
+  ParallelPlan plan{MeshShape{}};
+  std::vector<Program> programs;  // one per pipeline stage
+  std::optional<RoutingSampler> routing;
+  int64_t num_micro_batches = 0;     // per data-parallel rank
+  int64_t tokens_per_micro_batch = 0;  // T on one rank (micro_batch x sequence / cp)
+  int64_t tokens_per_step = 0;       // global
+  int64_t seq_len = 0;
+};
+
+StepGraph build_step_graph(const Scenario& scenario);
+
+}  // namespace moesim

@@ -1,0 +1,404 @@
+// SPDX-License-Identifier: MIT
+#include "graph/tape.hpp"
+
+#include <algorithm>
+#include <cassert>
+
+namespace moesim {
+
+LayerTape::LayerTape(TensorDesc input, std::string name, bool requires_grad) {
+  tensors_.push_back(TapeTensor{input, std::move(name), requires_grad});
+}
+
+int LayerTape::tensor(TensorDesc desc, std::string name, bool requires_grad) {
+  tensors_.push_back(TapeTensor{desc, std::move(name), requires_grad});
+  return static_cast<int>(tensors_.size() - 1);
+}
+
+TapeOp& LayerTape::add(TapeOp op) {
+  ops_.push_back(std::move(op));
+  return ops_.back();
+}
+
+OpKind backward_kind_of_communication(OpKind forward) {
+  switch (forward) {
+    case OpKind::all_gather: return OpKind::reduce_scatter;
+    case OpKind::reduce_scatter: return OpKind::all_gather;
+    case OpKind::send: return OpKind::recv;
+    case OpKind::recv: return OpKind::send;
+    default: return forward;  // all_to_all reverses its sizes; all_reduce stays (see fwd_noop)
+  }
+}
+
+namespace {
+
+// Which tensors live from forward to backward, which ops are recomputed, which tensors swapped.
+struct Analysis {
+  std::vector<int> producer;      // per tensor: producing tape op, -1 for the layer input
+  std::vector<int> last_fwd_use;  // per tensor: last forward reader, -1 if none
+  std::vector<int> last_bwd_use;  // per tensor: last backward reader (smallest op index), -1 if none
+  std::vector<bool> needed;       // read by some backward
+  std::vector<bool> kept;         // alive from forward to backward
+  std::vector<bool> recomputed;   // per tape op
+  std::vector<bool> swapped;      // per tensor
+};
+
+bool swap_active(const TapeOp& op, const TapePolicy& policy) {
+  return op.swap && std::find(policy.swap.begin(), policy.swap.end(), *op.swap) != policy.swap.end();
+}
+
+Analysis analyse(const LayerTape& tape, const TapePolicy& policy) {
+  const auto& ts = tape.tensors();
+  const auto& ops = tape.ops();
+  const size_t nt = ts.size();
+  Analysis a{std::vector<int>(nt, -1), std::vector<int>(nt, -1), std::vector<int>(nt, -1), std::vector<bool>(nt),
+             std::vector<bool>(nt), std::vector<bool>(ops.size()), std::vector<bool>(nt)};
+  for (size_t i = 0; i < ops.size(); ++i) {
+    for (int t : ops[i].outputs) a.producer[static_cast<size_t>(t)] = static_cast<int>(i);
+    if (!ops[i].fwd_noop) {
+      for (int t : ops[i].inputs) a.last_fwd_use[static_cast<size_t>(t)] = static_cast<int>(i);
+    }
+  }
+  for (size_t i = ops.size(); i-- > 0;) {
+    if (!ops[i].has_bwd) continue;
+    for (int t : ops[i].bwd_needs) {
+      a.needed[static_cast<size_t>(t)] = true;
+      a.last_bwd_use[static_cast<size_t>(t)] = static_cast<int>(i);
+    }
+  }
+  if (policy.recompute == RecomputePolicy::full) {
+    a.kept[0] = true;
+    for (size_t i = 0; i < ops.size(); ++i) a.recomputed[i] = !ops[i].fwd_noop;
+    return a;
+  }
+  a.kept = a.needed;
+  if (policy.recompute == RecomputePolicy::selective) {
+    // Drop what cheap ops produce and keep their inputs instead, until nothing changes.
+    std::vector<int> work;
+    for (size_t t = 0; t < nt; ++t) {
+      if (a.kept[t]) work.push_back(static_cast<int>(t));
+    }
+    while (!work.empty()) {
+      const auto t = static_cast<size_t>(work.back());
+      work.pop_back();
+      const int p = a.producer[t];
+      if (!a.kept[t] || p < 0) continue;
+      const TapeOp& op = ops[static_cast<size_t>(p)];
+      if (!op.cheap || swap_active(op, policy)) continue;
+      a.kept[t] = false;
+      if (a.recomputed[static_cast<size_t>(p)]) continue;
+      a.recomputed[static_cast<size_t>(p)] = true;
+      for (int o : op.outputs) a.kept[static_cast<size_t>(o)] = false;
+      for (int in : op.inputs) {
+        if (!a.kept[static_cast<size_t>(in)]) {
+          a.kept[static_cast<size_t>(in)] = true;
+          work.push_back(in);
+        }
+      }
+    }
+  }
+  for (size_t t = 0; t < nt; ++t) {
+    const int p = a.producer[t];
+    a.swapped[t] = a.kept[t] && p >= 0 && swap_active(ops[static_cast<size_t>(p)], policy);
+  }
+  return a;
+}
+
+Stream stream_for(OpKind kind, const TapePolicy& policy) {
+  if (!is_communication(kind)) return Stream::compute;
+  return policy.comm_on_compute_stream ? Stream::compute : Stream::comm;
+}
+
+std::vector<TensorDesc> descs(const LayerTape& tape, const std::vector<int>& ids) {
+  std::vector<TensorDesc> out;
+  out.reserve(ids.size());
+  for (int t : ids) out.push_back(tape.tensors()[static_cast<size_t>(t)].desc);
+  return out;
+}
+
+// Adds a dependency of the last op on `producer` when it runs on another stream (same-stream
+// order is implicit). Duplicates are harmless but avoided.
+void depend_across_streams(ProgramWriter& w, uint32_t op, int64_t producer) {
+  if (producer < 0) return;
+  Program& p = w.program();
+  if (p.ops[static_cast<size_t>(producer)].stream == p.ops[op].stream) return;
+  for (uint32_t d : p.deps_of(p.ops[op])) {
+    if (d == static_cast<uint32_t>(producer)) return;
+  }
+  w.depend(op, static_cast<uint32_t>(producer));
+}
+
+uint32_t emit_op(ProgramWriter& w, const LayerTape& tape, const TapeOp& entry, Phase phase, const TapePolicy& policy,
+                 const EmitScope& scope) {
+  Op op = entry.op;
+  op.phase = phase;
+  op.layer = scope.layer;
+  op.micro = scope.micro;
+  op.stream = stream_for(op.kind, policy);
+  const auto in = descs(tape, entry.inputs);
+  const auto out = descs(tape, entry.outputs);
+  return w.add(op, scope.prefix + entry.name, in, out);
+}
+
+}  // namespace
+
+TapeState emit_forward(ProgramWriter& w, const LayerTape& tape, const TapePolicy& policy, const EmitScope& scope,
+                       uint32_t input_buffer, int64_t input_producer) {
+  const Analysis a = analyse(tape, policy);
+  const auto& ops = tape.ops();
+  const auto& ts = tape.tensors();
+  TapeState s;
+  s.buffer.assign(ts.size(), -1);
+  s.producer.assign(ts.size(), -1);
+  s.swapped = a.swapped;
+  s.kept = a.kept;
+  s.buffer[0] = input_buffer;
+  s.producer[0] = input_producer;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (a.recomputed[i]) s.recompute.push_back(static_cast<int>(i));
+  }
+  int last_entry = -1;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (!ops[i].fwd_noop) last_entry = static_cast<int>(i);
+  }
+  bool first = true;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const TapeOp& e = ops[i];
+    if (e.fwd_noop) continue;
+    const uint32_t idx = emit_op(w, tape, e, Phase::fwd, policy, scope);
+    if (first) {
+      s.first_op = idx;
+      for (uint32_t d : scope.first_op_deps) w.depend(idx, d);
+      for (uint32_t b : scope.alloc_at_start) w.effect(idx, b, MemAction::alloc);
+      first = false;
+    }
+    for (int t : e.inputs) depend_across_streams(w, idx, s.producer[static_cast<size_t>(t)]);
+    for (int t : e.outputs) {
+      const auto& tt = ts[static_cast<size_t>(t)];
+      const uint32_t b = w.buffer(tt.desc.bytes(), MemCategory::activation, scope.prefix + tt.name);
+      w.effect(idx, b, MemAction::alloc);
+      s.buffer[static_cast<size_t>(t)] = b;
+      s.producer[static_cast<size_t>(t)] = idx;
+    }
+    // Release what neither a later forward op nor the backward reads.
+    auto release = [&](int t) {
+      const auto ut = static_cast<size_t>(t);
+      if (a.kept[ut] || t == tape.output() || s.buffer[ut] < 0) return;
+      w.effect(idx, static_cast<uint32_t>(s.buffer[ut]), MemAction::free);
+      s.buffer[ut] = -1;
+    };
+    for (int t : e.inputs) {
+      if (a.last_fwd_use[static_cast<size_t>(t)] == static_cast<int>(i)) release(t);
+    }
+    for (int t : e.outputs) {
+      if (a.last_fwd_use[static_cast<size_t>(t)] < 0) release(t);
+    }
+    if (static_cast<int>(i) == last_entry) {
+      for (uint32_t b : scope.free_at_end) w.effect(idx, b, MemAction::free);
+      s.last_op = idx;
+    }
+    // Swap out kept tensors of swap-target ops once the forward is done with them.
+    for (size_t t = 0; t < ts.size(); ++t) {
+      if (!a.swapped[t] || s.buffer[t] < 0) continue;
+      const bool last_use_here = a.last_fwd_use[t] == static_cast<int>(i) ||
+                                 (a.last_fwd_use[t] < 0 && a.producer[t] == static_cast<int>(i));
+      if (!last_use_here) continue;
+      Op copy;
+      copy.kind = OpKind::swap_out;
+      copy.phase = Phase::fwd;
+      copy.stream = Stream::copy;
+      copy.layer = scope.layer;
+      copy.micro = scope.micro;
+      copy.bytes_read = ts[t].desc.bytes();
+      copy.comm_bytes = ts[t].desc.bytes();
+      const TensorDesc d = ts[t].desc;
+      const uint32_t c = w.add(copy, scope.prefix + "swap_out." + ts[t].name, std::span(&d, 1));
+      w.depend(c, idx);
+      w.effect(c, static_cast<uint32_t>(s.buffer[t]), MemAction::to_host);
+    }
+  }
+  s.output_buffer = static_cast<uint32_t>(s.buffer[static_cast<size_t>(tape.output())]);
+  s.output_producer = static_cast<uint32_t>(s.producer[static_cast<size_t>(tape.output())]);
+  return s;
+}
+
+BackwardResult emit_backward(ProgramWriter& w, const LayerTape& tape, const TapePolicy& policy,
+                             const EmitScope& scope, TapeState& s, uint32_t output_grad_buffer,
+                             int64_t output_grad_producer, int64_t prefetch_anchor) {
+  const Analysis a = analyse(tape, policy);
+  const auto& ops = tape.ops();
+  const auto& ts = tape.tensors();
+  BackwardResult r;
+  bool first_compute = true;
+  bool first_any = true;
+  auto on_emit = [&](uint32_t idx, bool compute) {
+    if (first_any) {
+      r.first_op = idx;
+      first_any = false;
+    }
+    if (compute && first_compute) {
+      for (uint32_t d : scope.first_op_deps) w.depend(idx, d);
+      first_compute = false;
+    }
+  };
+
+  // 1. Swap-ins, prefetched from the anchor.
+  for (size_t t = 0; t < ts.size(); ++t) {
+    if (!s.swapped[t]) continue;
+    Op copy;
+    copy.kind = OpKind::swap_in;
+    copy.phase = Phase::bwd;
+    copy.stream = Stream::copy;
+    copy.layer = scope.layer;
+    copy.micro = scope.micro;
+    copy.bytes_written = ts[t].desc.bytes();
+    copy.comm_bytes = ts[t].desc.bytes();
+    const TensorDesc d = ts[t].desc;
+    const uint32_t c = w.add(copy, scope.prefix + "swap_in." + ts[t].name, {}, std::span(&d, 1));
+    on_emit(c, false);
+    if (prefetch_anchor >= 0) w.depend(c, static_cast<uint32_t>(prefetch_anchor));
+    w.effect(c, static_cast<uint32_t>(s.buffer[t]), MemAction::to_device);
+    s.producer[t] = c;
+  }
+
+  // 2. Recompute, in forward order. Tensors only the recompute reads are released after it.
+  std::vector<int> last_recompute_use(ts.size(), -1);
+  for (int i : s.recompute) {
+    for (int t : ops[static_cast<size_t>(i)].inputs) last_recompute_use[static_cast<size_t>(t)] = i;
+  }
+  for (int i : s.recompute) {
+    const TapeOp& e = ops[static_cast<size_t>(i)];
+    const uint32_t idx = emit_op(w, tape, e, Phase::recompute, policy, scope);
+    on_emit(idx, true);
+    for (int t : e.inputs) depend_across_streams(w, idx, s.producer[static_cast<size_t>(t)]);
+    for (int t : e.outputs) {
+      const auto& tt = ts[static_cast<size_t>(t)];
+      const uint32_t b = w.buffer(tt.desc.bytes(), MemCategory::activation, scope.prefix + "recompute." + tt.name);
+      w.effect(idx, b, MemAction::alloc);
+      s.buffer[static_cast<size_t>(t)] = b;
+      s.producer[static_cast<size_t>(t)] = idx;
+    }
+    auto release_if_unneeded = [&](int t) {
+      const auto ut = static_cast<size_t>(t);
+      if (a.needed[ut] || s.buffer[ut] < 0) return;
+      w.effect(idx, static_cast<uint32_t>(s.buffer[ut]), MemAction::free);
+      s.buffer[ut] = -1;
+    };
+    for (int t : e.inputs) {
+      if (last_recompute_use[static_cast<size_t>(t)] == i) release_if_unneeded(t);
+    }
+    for (int t : e.outputs) {
+      if (last_recompute_use[static_cast<size_t>(t)] < 0) release_if_unneeded(t);
+    }
+  }
+
+  // 3. Backward, in reverse order.
+  std::vector<int64_t> grad_buffer(ts.size(), -1);
+  std::vector<int64_t> grad_producer(ts.size(), -1);
+  grad_buffer[static_cast<size_t>(tape.output())] = output_grad_buffer;
+  grad_producer[static_cast<size_t>(tape.output())] = output_grad_producer;
+  // The backward of TP's forward all-reduce (no sequence parallelism) is the identity.
+  auto identity = [](const TapeOp& e) { return e.op.kind == OpKind::all_reduce && !e.fwd_noop; };
+  int last_bwd_entry = -1;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].has_bwd && !identity(ops[i])) {
+      last_bwd_entry = static_cast<int>(i);
+      break;
+    }
+  }
+  bool first_bwd = true;
+  for (size_t i = ops.size(); i-- > 0;) {
+    const TapeOp& e = ops[i];
+    if (!e.has_bwd) continue;
+    const bool comm = is_communication(e.op.kind);
+    if (identity(e)) {
+      for (int in : e.inputs) {
+        grad_buffer[static_cast<size_t>(in)] = grad_buffer[static_cast<size_t>(e.outputs[0])];
+        grad_producer[static_cast<size_t>(in)] = grad_producer[static_cast<size_t>(e.outputs[0])];
+      }
+      continue;
+    }
+    if (e.all_reduce_output_grad) {
+      Op reduce;
+      reduce.kind = OpKind::all_reduce;
+      reduce.phase = Phase::bwd;
+      reduce.group = GroupKind::tp;
+      reduce.layer = scope.layer;
+      reduce.micro = scope.micro;
+      reduce.stream = stream_for(OpKind::all_reduce, policy);
+      reduce.comm_bytes = e.all_reduce_bytes;
+      const auto g = descs(tape, e.outputs);
+      const uint32_t ar = w.add(reduce, scope.prefix + e.name + ".grad_all_reduce", g, g);
+      on_emit(ar, true);
+      for (int t : e.outputs) {
+        depend_across_streams(w, ar, grad_producer[static_cast<size_t>(t)]);
+        grad_producer[static_cast<size_t>(t)] = ar;
+      }
+    }
+    Op op = e.op;
+    op.kind = comm ? backward_kind_of_communication(e.op.kind) : e.bwd_kind;
+    op.phase = Phase::bwd;
+    op.layer = scope.layer;
+    op.micro = scope.micro;
+    op.stream = stream_for(op.kind, policy);
+    op.flops = comm ? 0 : e.bwd_flops + (e.op.trainable_weight ? e.wgrad_flops : 0);
+    op.bytes_read = e.op.bytes_read + e.op.bytes_written;
+    op.bytes_written = e.op.bytes_read;
+    std::vector<TensorDesc> in_descs = descs(tape, e.outputs);  // gradients of the outputs
+    for (const auto& d : descs(tape, e.bwd_needs)) in_descs.push_back(d);
+    const auto out_descs = descs(tape, e.inputs);  // gradients of the inputs
+    const uint32_t idx = w.add(op, scope.prefix + e.name + ".bwd", in_descs, out_descs);
+    on_emit(idx, true);
+    if (first_bwd) {
+      for (uint32_t b : scope.alloc_at_start) w.effect(idx, b, MemAction::alloc);
+      first_bwd = false;
+    }
+    for (int t : e.bwd_needs) depend_across_streams(w, idx, s.producer[static_cast<size_t>(t)]);
+    for (int t : e.outputs) depend_across_streams(w, idx, grad_producer[static_cast<size_t>(t)]);
+    // Gradients of the inputs: allocated by their first backward consumer, accumulated by others.
+    for (int t : e.inputs) {
+      const auto ut = static_cast<size_t>(t);
+      if (!ts[ut].requires_grad) continue;
+      if (grad_buffer[ut] < 0) {
+        grad_buffer[ut] = w.buffer(ts[ut].desc.bytes(), MemCategory::gradient, scope.prefix + "grad." + ts[ut].name);
+        w.effect(idx, static_cast<uint32_t>(grad_buffer[ut]), MemAction::alloc);
+      } else {
+        depend_across_streams(w, idx, grad_producer[ut]);
+      }
+      grad_producer[ut] = idx;
+    }
+    // Gradients of the outputs end here, at their producer's backward.
+    for (int t : e.outputs) {
+      const auto ut = static_cast<size_t>(t);
+      if (grad_buffer[ut] >= 0) {
+        w.effect(idx, static_cast<uint32_t>(grad_buffer[ut]), MemAction::free);
+        grad_buffer[ut] = -1;
+      }
+    }
+    // Saved tensors end at their last backward reader; outputs nobody reads end here too.
+    for (int t : e.bwd_needs) {
+      const auto ut = static_cast<size_t>(t);
+      if (a.last_bwd_use[ut] == static_cast<int>(i) && s.buffer[ut] >= 0) {
+        w.effect(idx, static_cast<uint32_t>(s.buffer[ut]), MemAction::free);
+        s.buffer[ut] = -1;
+      }
+    }
+    if (static_cast<int>(i) == last_bwd_entry) {
+      // Anything still alive (kept for recompute only, recomputed but unread) ends with the layer.
+      for (size_t t = 0; t < ts.size(); ++t) {
+        if (s.buffer[t] >= 0 && static_cast<int>(t) != tape.output()) {
+          w.effect(idx, static_cast<uint32_t>(s.buffer[t]), MemAction::free);
+          s.buffer[t] = -1;
+        }
+      }
+      for (uint32_t b : scope.free_at_end) w.effect(idx, b, MemAction::free);
+      r.last_op = idx;
+    }
+  }
+  assert(grad_buffer[0] >= 0 || !ts[0].requires_grad);
+  r.input_grad_buffer = static_cast<uint32_t>(std::max<int64_t>(grad_buffer[0], 0));
+  r.input_grad_producer = static_cast<uint32_t>(std::max<int64_t>(grad_producer[0], 0));
+  return r;
+}
+
+}  // namespace moesim

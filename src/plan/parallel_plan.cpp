@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: MIT
+#include "plan/parallel_plan.hpp"
+
+#include <cassert>
+
+namespace moesim {
+
+ParallelPlan::ParallelPlan(const MeshShape& shape) : shape_(shape) {
+  const int64_t f = shape.shard * shape.cp;
+  assert(shape.ep >= 1 && f % shape.ep == 0);
+  num_ranks_ = shape.pp * shape.replicate * f * shape.tp;
+  auto set = [&](GroupKind k, int64_t n) { group_size_[static_cast<size_t>(k)] = n; };
+  set(GroupKind::tp, shape.tp);
+  set(GroupKind::cp, shape.cp);
+  set(GroupKind::fsdp, f);
+  set(GroupKind::replicate, shape.replicate);
+  set(GroupKind::ep, shape.ep);
+  set(GroupKind::edp, f / shape.ep);
+  set(GroupKind::pp, shape.pp);
+  set(GroupKind::dp, shape.replicate * shape.shard);
+}
+
+RankCoords ParallelPlan::coords(int64_t rank) const {
+  RankCoords c;
+  c.tp = rank % shape_.tp;
+  rank /= shape_.tp;
+  c.cp = rank % shape_.cp;
+  rank /= shape_.cp;
+  c.shard = rank % shape_.shard;
+  rank /= shape_.shard;
+  c.replicate = rank % shape_.replicate;
+  c.pp = rank / shape_.replicate;
+  return c;
+}
+
+int64_t ParallelPlan::rank_of(const RankCoords& c) const {
+  return (((c.pp * shape_.replicate + c.replicate) * shape_.shard + c.shard) * shape_.cp + c.cp) * shape_.tp + c.tp;
+}
+
+int64_t ParallelPlan::ep_rank(int64_t rank) const {
+  const RankCoords c = coords(rank);
+  return (c.shard * shape_.cp + c.cp) % shape_.ep;
+}
+
+int64_t ParallelPlan::edp_rank(int64_t rank) const {
+  const RankCoords c = coords(rank);
+  return (c.shard * shape_.cp + c.cp) / shape_.ep;
+}
+
+int64_t ParallelPlan::group_rank(int64_t rank, GroupKind kind) const {
+  const RankCoords c = coords(rank);
+  switch (kind) {
+    case GroupKind::tp: return c.tp;
+    case GroupKind::cp: return c.cp;
+    case GroupKind::fsdp: return c.shard * shape_.cp + c.cp;
+    case GroupKind::replicate: return c.replicate;
+    case GroupKind::ep: return ep_rank(rank);
+    case GroupKind::edp: return edp_rank(rank);
+    case GroupKind::pp: return c.pp;
+    case GroupKind::dp: return c.replicate * shape_.shard + c.shard;
+  }
+  return 0;
+}
+
+int64_t ParallelPlan::member(int64_t rank, GroupKind kind, int64_t index) const {
+  RankCoords c = coords(rank);
+  switch (kind) {
+    case GroupKind::tp: c.tp = index; break;
+    case GroupKind::cp: c.cp = index; break;
+    case GroupKind::fsdp:
+      c.shard = index / shape_.cp;
+      c.cp = index % shape_.cp;
+      break;
+    case GroupKind::replicate: c.replicate = index; break;
+    case GroupKind::ep:
+    case GroupKind::edp: {
+      const int64_t f = c.shard * shape_.cp + c.cp;
+      const int64_t e = f % shape_.ep;
+      const int64_t d = f / shape_.ep;
+      const int64_t g = kind == GroupKind::ep ? d * shape_.ep + index : index * shape_.ep + e;
+      c.shard = g / shape_.cp;
+      c.cp = g % shape_.cp;
+      break;
+    }
+    case GroupKind::pp: c.pp = index; break;
+    case GroupKind::dp:
+      c.replicate = index / shape_.shard;
+      c.shard = index % shape_.shard;
+      break;
+  }
+  return rank_of(c);
+}
+
+std::vector<int64_t> ParallelPlan::members(int64_t rank, GroupKind kind) const {
+  std::vector<int64_t> out(static_cast<size_t>(group_size(kind)));
+  for (int64_t i = 0; i < group_size(kind); ++i) out[static_cast<size_t>(i)] = member(rank, kind, i);
+  return out;
+}
+
+int64_t ParallelPlan::representative(int64_t program) const {
+  RankCoords c;
+  c.pp = program;
+  return rank_of(c);
+}
+
+ParallelPlan build_parallel_plan(const ScenarioSpec& s) {
+  const auto& p = s.parallel;
+  return ParallelPlan(MeshShape{p.pp.stages, p.fsdp.replicate, p.fsdp.shard, p.cp, p.tp.degree, p.ep});
+}
+
+}  // namespace moesim

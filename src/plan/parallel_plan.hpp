@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: MIT
+// ParallelPlan: the device mesh of a scenario, its process groups, and which ranks run the same
+// program.
+//
+// Mesh dimensions, outermost first: pp, replicate, shard, cp, tp (TP innermost, so TP groups sit
+// in one node). rank = (((pp * R + replicate) * S + shard) * CP + cp) * TP + tp.
+// Expert parallelism is carved out of the flattened shard x cp dimension f = shard * CP + cp:
+//   ep_rank = f % EP (experts split over EP ranks), edp_rank = f / EP (each expert's weights are
+//   FSDP-sharded over the EP ranks that hold the same experts: the expert-data-parallel group).
+// Groups (every rank belongs to exactly one group of each kind):
+//   tp        vary tp                       Megatron TP / SP collectives
+//   cp        vary cp                       context-parallel KV and state exchange
+//   fsdp      vary shard and cp (S x CP)    FSDP2 all-gather / reduce-scatter of non-expert weights
+//   replicate vary replicate                HSDP gradient all-reduce (plain DP when S = 1)
+//   ep        vary ep_rank (EP)             token dispatch / combine all-to-all
+//   edp       vary edp_rank (S x CP / EP)   FSDP2 of expert weights
+//   pp        vary pp                       pipeline send / receive
+//   dp        vary replicate and shard      ranks that read different data
+// Ranks in different pipeline stages run different programs; all ranks of one stage run the same
+// program (their differences - expert loads, all-to-all sizes - are parameters).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/enum_names.hpp"
+#include "scenario/scenario_spec.hpp"
+
+namespace moesim {
+
+enum class GroupKind : uint8_t { tp, cp, fsdp, replicate, ep, edp, pp, dp };
+inline constexpr int kNumGroupKinds = 8;
+
+struct RankCoords {
+  int64_t pp = 0;
+  int64_t replicate = 0;
+  int64_t shard = 0;
+  int64_t cp = 0;
+  int64_t tp = 0;
+
+  friend bool operator==(const RankCoords&, const RankCoords&) = default;
+};
+
+struct MeshShape {
+  int64_t pp = 1;
+  int64_t replicate = 1;
+  int64_t shard = 1;
+  int64_t cp = 1;
+  int64_t tp = 1;
+  int64_t ep = 1;
+};
+
+class ParallelPlan {
+ public:
+  explicit ParallelPlan(const MeshShape& shape);
+
+  const MeshShape& shape() const { return shape_; }
+  int64_t num_ranks() const { return num_ranks_; }
+
+  RankCoords coords(int64_t rank) const;
+  int64_t rank_of(const RankCoords& c) const;
+  int64_t ep_rank(int64_t rank) const;
+  int64_t edp_rank(int64_t rank) const;
+
+  int64_t group_size(GroupKind kind) const { return group_size_[static_cast<size_t>(kind)]; }
+  // Position of `rank` in its group of `kind` (0 .. group_size - 1).
+  int64_t group_rank(int64_t rank, GroupKind kind) const;
+  // The member at `index` of `rank`'s group of `kind`; O(1), no allocation.
+  int64_t member(int64_t rank, GroupKind kind, int64_t index) const;
+  // All members in group-rank order.
+  std::vector<int64_t> members(int64_t rank, GroupKind kind) const;
+  // A canonical id of the group instance (its first member), for matching collectives.
+  int64_t group_id(int64_t rank, GroupKind kind) const { return member(rank, kind, 0); }
+
+  int64_t num_programs() const { return shape_.pp; }
+  int64_t program_of(int64_t rank) const { return coords(rank).pp; }
+  // The first rank of each program, a representative for per-program work.
+  int64_t representative(int64_t program) const;
+
+ private:
+  MeshShape shape_;
+  int64_t num_ranks_ = 1;
+  std::array<int64_t, kNumGroupKinds> group_size_{};
+};
+
+ParallelPlan build_parallel_plan(const ScenarioSpec& scenario);
+
+template <>
+struct EnumNames<GroupKind> {
+  static constexpr std::array<std::pair<std::string_view, GroupKind>, kNumGroupKinds> names{{
+      {"tp", GroupKind::tp},
+      {"cp", GroupKind::cp},
+      {"fsdp", GroupKind::fsdp},
+      {"replicate", GroupKind::replicate},
+      {"ep", GroupKind::ep},
+      {"edp", GroupKind::edp},
+      {"pp", GroupKind::pp},
+      {"dp", GroupKind::dp},
+  }};
+};
+
+}  // namespace moesim

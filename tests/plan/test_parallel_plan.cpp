@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: MIT
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "plan/parallel_plan.hpp"
+
+using namespace moesim;
+
+namespace {
+
+// Every rank is in exactly one group of each kind; a group is the same set seen from each member;
+// group_rank is the position in member order.
+void check_partition(const ParallelPlan& plan) {
+  for (const auto& [name, kind] : EnumNames<GroupKind>::names) {
+    CAPTURE(name);
+    std::vector<int> seen(static_cast<size_t>(plan.num_ranks()), 0);
+    for (int64_t r = 0; r < plan.num_ranks(); ++r) {
+      const auto m = plan.members(r, kind);
+      REQUIRE(static_cast<int64_t>(m.size()) == plan.group_size(kind));
+      CHECK(m[static_cast<size_t>(plan.group_rank(r, kind))] == r);
+      CHECK(plan.group_id(r, kind) == m.front());
+      if (plan.group_id(r, kind) == r) {
+        for (int64_t x : m) ++seen[static_cast<size_t>(x)];
+      }
+      for (int64_t x : m) CHECK(plan.members(x, kind) == m);
+    }
+    CHECK(std::all_of(seen.begin(), seen.end(), [](int v) { return v == 1; }));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("coordinates round-trip and TP is innermost") {
+  const ParallelPlan plan(MeshShape{2, 2, 4, 2, 2, 4});
+  CHECK(plan.num_ranks() == 64);
+  for (int64_t r = 0; r < plan.num_ranks(); ++r) CHECK(plan.rank_of(plan.coords(r)) == r);
+  CHECK(plan.members(0, GroupKind::tp) == std::vector<int64_t>{0, 1});
+  CHECK(plan.num_programs() == 2);
+  CHECK(plan.program_of(63) == 1);
+  CHECK(plan.representative(1) == 32);
+}
+
+TEST_CASE("groups partition the ranks for several meshes") {
+  check_partition(ParallelPlan(MeshShape{1, 1, 128, 1, 1, 64}));
+  check_partition(ParallelPlan(MeshShape{2, 2, 4, 2, 2, 4}));
+  check_partition(ParallelPlan(MeshShape{4, 1, 2, 2, 2, 2}));
+  check_partition(ParallelPlan(MeshShape{1, 3, 1, 1, 1, 1}));
+}
+
+TEST_CASE("FSDP2 + EP64 on 128 devices: EP groups are 64 consecutive ranks, EDP pairs rank r and r+64") {
+  const ParallelPlan plan(MeshShape{1, 1, 128, 1, 1, 64});
+  CHECK(plan.group_size(GroupKind::fsdp) == 128);
+  CHECK(plan.group_size(GroupKind::ep) == 64);
+  CHECK(plan.group_size(GroupKind::edp) == 2);
+  CHECK(plan.members(70, GroupKind::ep).front() == 64);
+  CHECK(plan.members(70, GroupKind::ep).back() == 127);
+  CHECK(plan.members(5, GroupKind::edp) == std::vector<int64_t>{5, 69});
+  CHECK(plan.ep_rank(69) == 5);
+  CHECK(plan.group_size(GroupKind::dp) == 128);
+}
+
+TEST_CASE("EP spans shard and CP ranks: every EP group holds each ep_rank once") {
+  const ParallelPlan plan(MeshShape{1, 2, 4, 4, 2, 8});
+  for (int64_t r = 0; r < plan.num_ranks(); ++r) {
+    std::set<int64_t> ep_ranks;
+    for (int64_t m : plan.members(r, GroupKind::ep)) {
+      ep_ranks.insert(plan.ep_rank(m));
+      CHECK(plan.coords(m).tp == plan.coords(r).tp);
+      CHECK(plan.coords(m).replicate == plan.coords(r).replicate);
+      CHECK(plan.edp_rank(m) == plan.edp_rank(r));
+    }
+    CHECK(ep_ranks.size() == 8);
+  }
+}

@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: MIT
+// RoutingSampler: how many token-expert assignments each rank sends to each EP peer, and how many
+// each local expert receives, in one MoE layer of one micro-batch of one training step.
+//
+// Use it wherever the op graph needs all-to-all sizes or grouped-GEMM row counts. It draws counts,
+// never individual tokens, so a call costs O(ep) or O(experts per rank), independent of the number
+// of tokens (~3 us for E=896, k=16, ep=64, T=32768; see routing.cpp).
+//
+// Expert popularity p_e, per MoE layer, from RoutingSpec:
+//   uniform    p_e = 1/E.
+//   skewed     Zipf: the i-th most popular expert has p ∝ 1/(i+1)^skew. Which expert is the i-th is
+//              a random permutation seeded by (seed, layer), so hot experts land on different EP
+//              ranks in different layers, as in trained models. skew = 0 is uniform.
+//   histogram  p_e ∝ tokens_per_expert[e], the same for every layer.
+//
+// The top-k cap. A token picks k *distinct* experts, so expert e can receive at most one of a
+// token's k assignments: the probability that one assignment goes to e, q_e, must satisfy
+// k*q_e <= 1. q is p water-filled under that cap: cap the largest p_e at 1/k, spread what is left
+// over the others in proportion to p, repeat while the largest of the others exceeds the cap; then
+// normalise to sum 1. Worked example, E=4, k=2, ep=2, p = (0.55, 0.25, 0.15, 0.05): 0.55 > 1/2 is
+// capped to 0.5, the remaining 0.5 goes to the rest in proportion 25:15:5, so
+// q = (0.5, 0.2778, 0.1667, 0.0556). EP rank 0 holds experts 0-1, rank 1 experts 2-3, so
+// Q_0 = 0.7778 and Q_1 = 0.2222: a sender with T=1000 tokens (n=2000 assignments) sends rank 0 on
+// average 1555.6 of them. If fewer than k experts have p_e > 0 (a histogram with zeros), the mass
+// left after capping them is spread evenly over the zero-popularity experts: a token still needs k
+// distinct experts.
+//
+// Approximation: the n = T*k assignments of a sender are drawn as n independent draws over experts
+// with probabilities q (q is exactly the per-assignment marginal of top-k selection). This ignores
+// the negative correlation that distinctness puts between one token's k picks. Means are exact;
+// variances are slightly overstated: for uniform routing the per-peer count variance of real
+// distinct top-k is n*Q*(1-Q)*(E-k)/(E-1), 1.7% below the multinomial's for E=896, k=16. Tokens
+// are independent of each other (no per-sequence or per-document routing correlation), and there
+// is no node- or group-limited routing, no capacity factor and no token dropping.
+//
+// Sampling, exact for that multinomial. With experts split contiguously over the EP group (EP rank
+// r holds experts [r*E/ep, (r+1)*E/ep)), let Q_r = sum of q_e over r's experts.
+//   Send counts: (c_0, ..., c_{ep-1}) ~ Multinomial(n, Q_0..Q_{ep-1}), drawn as conditional
+//   binomials: c_r ~ Binomial(n - c_0 - ... - c_{r-1}, Q_r / (Q_r + ... + Q_{ep-1})), and the last
+//   rank takes what is left. This is the chain rule of the multinomial, not an approximation.
+//   Local expert counts: a receiver gets R = sum over senders of c_r. Given the per-rank totals,
+//   each sender's assignments to rank r are split over r's experts as Multinomial(c_r, q_e/Q_r);
+//   a sum of independent multinomials with equal probabilities is a multinomial, so R splits as
+//   Multinomial(R, q_e/Q_r), drawn with the same conditional binomials. The two draws are made
+//   independently, which is exact because the split over experts, given R, does not depend on
+//   how R was composed from the senders.
+//   Binomials are Hörmann's BTRS (transformed rejection with squeeze) for n*min(p,1-p) >= 10 and
+//   inversion below that; both are exact in distribution up to ~1e-11 (see routing.cpp).
+//
+// Determinism: every draw comes from a generator whose state is a hash of (seed, purpose, step,
+// layer, micro, rank) and nothing else, so the same arguments give the same counts in any call
+// order and on any thread. The numbers depend on libm's log/exp/sqrt only through rare
+// accept/reject decisions, so another platform's libm may change an occasional draw.
+//
+// Thread safety: const member functions may be called concurrently. Tables of layers passed to
+// warm() are read without locking; other layers (skewed routing only) are built on first use
+// under a mutex and cached. warm() must not run concurrently with anything else.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "scenario/scenario_spec.hpp"
+
+namespace moesim {
+
+class RoutingSampler {
+ public:
+  // histogram: tokens per expert when spec.distribution is histogram, else empty. The arguments
+  // were checked by the scenario loader (E % ep == 0, 1 <= top_k <= E, histogram of length E,
+  // non-negative and not all zero); violations are programming errors and are asserted.
+  RoutingSampler(const RoutingSpec& spec, int64_t num_experts, int64_t top_k, int64_t ep,
+                 std::vector<double> histogram);
+
+  int64_t num_experts() const { return num_experts_; }
+  int64_t top_k() const { return top_k_; }
+  int64_t ep() const { return ep_; }
+  int64_t experts_per_rank() const { return num_experts_ / ep_; }
+
+  // Per-assignment probabilities q_e of MoE layer `layer` (any int64 id; callers pass the 1-based
+  // model layer). Sums to 1; k*q_e <= 1. The span lives as long as the sampler.
+  std::span<const double> expert_probabilities(int64_t layer) const;
+  // Precomputes the per-layer tables, so that later reads of these layers take no lock.
+  void warm(std::span<const int64_t> layers);
+
+  // The num_tokens*top_k assignments of `sender_rank` split over the EP ranks: out.size() == ep(),
+  // out[r] >= 0, sum of out == num_tokens*top_k.
+  void sample_send_counts(int64_t step, int64_t layer, int64_t micro, int64_t sender_rank,
+                          int64_t num_tokens, std::span<int64_t> out) const;
+  // `received` assignments arriving at EP rank `ep_rank` (global rank `receiver_rank`) split over
+  // its local experts: out.size() == experts_per_rank(), out[i] >= 0, sum of out == received;
+  // out[i] belongs to expert ep_rank*experts_per_rank() + i.
+  void sample_local_expert_counts(int64_t step, int64_t layer, int64_t micro,
+                                  int64_t receiver_rank, int64_t ep_rank, int64_t received,
+                                  std::span<int64_t> out) const;
+
+  // Expected fraction of a sender's assignments that go to EP rank `ep_rank` (Q_r).
+  double expected_fraction(int64_t layer, int64_t ep_rank) const;
+
+ private:
+  // Everything sampling needs for one layer's q.
+  struct LayerTable {
+    std::vector<double> expert_probability;       // q_e, size E
+    std::vector<double> rank_fraction;            // Q_r, size ep
+    std::vector<double> rank_conditional;         // Q_r / (Q_r + ... + Q_{ep-1})
+    std::vector<double> local_expert_conditional;  // q_e / (q_e + ... + q_last of e's rank)
+  };
+  // Skewed layers first used without warm(); entries are never removed, so references into them
+  // stay valid.
+  struct LazyTables {
+    std::mutex mutex;
+    std::unordered_map<int64_t, std::unique_ptr<const LayerTable>> tables;
+  };
+
+  const LayerTable& table(int64_t layer) const;
+  std::unique_ptr<const LayerTable> build_table(int64_t layer) const;
+
+  RoutingDistribution distribution_;
+  double skew_;
+  int64_t seed_;
+  int64_t num_experts_;
+  int64_t top_k_;
+  int64_t ep_;
+  std::vector<double> histogram_;
+  std::unique_ptr<const LayerTable> shared_table_;  // uniform and histogram: one for all layers
+  std::unordered_map<int64_t, std::unique_ptr<const LayerTable>> warm_tables_;  // skewed
+  std::unique_ptr<LazyTables> lazy_tables_;  // skewed; a pointer keeps the sampler movable
+};
+
+}  // namespace moesim

@@ -346,8 +346,9 @@ int mla_dsa_block(TapeBuilder& b, int x) {
   auto [q, cq] = mla_query(b, x, h);
   int ckv = b.gemm("attn.kv_a_proj", x, t, d, latent, LoraTarget::kv_a_proj, SwapTarget::attention_in_proj);
   ckv = b.norm("attn.kv_a_norm", ckv, t, latent);
-  // Absorb W_UK into the query: q_nope (h x 128) -> latent (h x 512); kv_b's key half.
-  const int q_lat = b.gemm("attn.q_absorb", q, t, h * a.qk_nope_head_dim, h * a.kv_lora_rank, LoraTarget::kv_b_proj);
+  // Absorb W_UK into the query, head by head: q_nope (128) -> latent (512); kv_b's key half. A
+  // batched GEMM of t x h rows.
+  const int q_lat = b.gemm("attn.q_absorb", q, t * h, a.qk_nope_head_dim, a.kv_lora_rank, LoraTarget::kv_b_proj);
   // Indexer (its input is detached: no gradient flows from it into the model).
   const int64_t q_in = a.q_lora_rank > 0 ? a.q_lora_rank : d;
   const int64_t ih = ix.num_heads / c.tp;
@@ -454,8 +455,8 @@ int mla_dsa_block(TapeBuilder& b, int x) {
     sa.cheap = true;
     b.add(sa);
   }
-  // Absorb W_UV: latent (h x 512) -> values (h x 128); kv_b's value half.
-  int o = b.gemm("attn.v_absorb", o_lat, t, h * a.kv_lora_rank, h * a.v_head_dim, LoraTarget::kv_b_proj);
+  // Absorb W_UV, head by head: latent (512) -> value (128); kv_b's value half.
+  int o = b.gemm("attn.v_absorb", o_lat, t * h, a.kv_lora_rank, a.v_head_dim, LoraTarget::kv_b_proj);
   o = output_gate(b, x, o, h * a.v_head_dim, a.output_gate, 0, false);
   return b.gemm("attn.o_proj", o, t, h * a.v_head_dim, d, LoraTarget::o_proj, SwapTarget::attention_out_proj);
 }

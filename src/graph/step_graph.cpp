@@ -4,6 +4,7 @@
 #include "graph/step_graph.hpp"
 
 #include <algorithm>
+#include <array>
 #include <map>
 
 #include "graph/layer_ops.hpp"
@@ -104,6 +105,12 @@ class StepBuilder {
       for (int64_t l = g * per_chunk + 1; l <= (g + 1) * per_chunk; ++l) chunk_layers[static_cast<size_t>(v)].push_back(l);
     }
     units_.clear();
+    states_.clear();
+    held_.clear();
+    loss_.clear();
+    first_fwd_op_.clear();
+    first_bwd_op_.clear();
+    last_reduce_.clear();
     if (stage == 0) units_[0] = embedding_unit();
     if (stage == (pp.stages * chunks - 1) % pp.stages) units_[m_.num_layers + 1] = head_unit();
     for (const auto& layers : chunk_layers) {
@@ -224,10 +231,38 @@ class StepBuilder {
     one(GroupKind::edp, u.expert_params, "experts");
   }
 
-  // Gradient reduction of a unit after its backward: reduce-scatter over the shard groups, then
+  // The two parts of a unit's gradients: non-expert weights sharded over the fsdp group, expert
+  // weights over the edp group.
+  struct Part {
+    GroupKind shard_group;
+    double trainable;
+    const char* name;
+  };
+  std::array<Part, 2> parts(const Unit& u) const {
+    return {Part{GroupKind::fsdp, u.trainable, "params"}, Part{GroupKind::edp, u.expert_trainable, "experts"}};
+  }
+  // A part's gradients need a collective unless its shard group and the replicate group are trivial
+  // (then the unsharded gradients are the sharded ones, accumulated in place).
+  bool needs_reduction(const Part& part) const {
+    return part.trainable > 0 &&
+           (plan_.group_size(part.shard_group) > 1 || plan_.group_size(GroupKind::replicate) > 1);
+  }
+
+  // Unsharded gradient buffers of a unit's backward, in the order reduce() releases them.
+  std::vector<uint32_t> grad_buffers(ProgramWriter& w, int64_t layer) {
+    const double bytes = dtype_bytes(spec_.training.precision.grad_reduce);
+    std::vector<uint32_t> out;
+    for (const Part& part : parts(units_.at(layer))) {
+      if (!needs_reduction(part)) continue;
+      out.push_back(w.buffer(part.trainable * bytes, MemCategory::unsharded_grads,
+                             unit_name(layer) + ".unsharded_grads." + part.name));
+    }
+    return out;
+  }
+
+  // Gradient reduction of a unit after its backward: reduce-scatter over the shard group, then
   // all-reduce over replicate groups (HSDP), or all-reduce alone (DDP).
-  int64_t reduce(ProgramWriter& w, int64_t layer, int32_t micro, uint32_t after, const std::vector<uint32_t>& grad_buffers) {
-    const Unit& u = units_.at(layer);
+  int64_t reduce(ProgramWriter& w, int64_t layer, int32_t micro, uint32_t after, const std::vector<uint32_t>& buffers) {
     const double bytes = dtype_bytes(spec_.training.precision.grad_reduce);
     int64_t last = -1;
     size_t next_buffer = 0;
@@ -243,45 +278,24 @@ class StepBuilder {
       const uint32_t i = w.add(op, unit_name(layer) + "." + what);
       const uint32_t dep = last >= 0 ? static_cast<uint32_t>(last) : after;
       if (w.program().ops[dep].stream != op.stream) w.depend(i, dep);
-      if (frees && next_buffer < grad_buffers.size()) w.effect(i, grad_buffers[next_buffer++], MemAction::free);
+      if (frees) w.effect(i, buffers[next_buffer++], MemAction::free);
       last = i;
     };
     const int64_t rep = plan_.group_size(GroupKind::replicate);
-    struct Part {
-      GroupKind shard_group;
-      double trainable;
-      const char* name;
-    };
-    for (const Part& part : {Part{GroupKind::fsdp, u.trainable, "params"}, Part{GroupKind::edp, u.expert_trainable, "experts"}}) {
-      if (part.trainable <= 0) continue;
+    for (const Part& part : parts(units_.at(layer))) {
+      if (!needs_reduction(part)) continue;
       const int64_t shards = plan_.group_size(part.shard_group);
       if (shards > 1) {
         one(OpKind::reduce_scatter, part.shard_group, part.trainable, std::string("fsdp_reduce_scatter.") + part.name, true);
-        if (rep > 1) one(OpKind::all_reduce, GroupKind::replicate, part.trainable / static_cast<double>(shards),
-                         std::string("hsdp_all_reduce.") + part.name, false);
-      } else if (rep > 1) {
-        one(OpKind::all_reduce, GroupKind::replicate, part.trainable, std::string("ddp_all_reduce.") + part.name, true);
+        if (rep > 1) {
+          one(OpKind::all_reduce, GroupKind::replicate, part.trainable / static_cast<double>(shards),
+              std::string("hsdp_all_reduce.") + part.name, false);
+        }
       } else {
-        // Nothing to reduce: the unsharded gradients are the sharded ones.
-        ++next_buffer;
+        one(OpKind::all_reduce, GroupKind::replicate, part.trainable, std::string("ddp_all_reduce.") + part.name, true);
       }
     }
     return last;
-  }
-
-  // Unsharded gradient buffers of a unit's backward, in the order reduce() releases them.
-  std::vector<uint32_t> grad_buffers(ProgramWriter& w, int64_t layer) {
-    const Unit& u = units_.at(layer);
-    const double bytes = dtype_bytes(spec_.training.precision.grad_reduce);
-    std::vector<uint32_t> out;
-    const bool reduced = plan_.group_size(GroupKind::fsdp) > 1 || plan_.group_size(GroupKind::edp) > 1 ||
-                         plan_.group_size(GroupKind::replicate) > 1;
-    if (!reduced) return out;
-    if (u.trainable > 0) out.push_back(w.buffer(u.trainable * bytes, MemCategory::unsharded_grads, unit_name(layer) + ".grads"));
-    if (u.expert_trainable > 0) {
-      out.push_back(w.buffer(u.expert_trainable * bytes, MemCategory::unsharded_grads, unit_name(layer) + ".expert_grads"));
-    }
-    return out;
   }
 
   std::string unit_name(int64_t layer) const {

@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: MIT
+// Small scenarios for graph tests, written inline so each test states its plan.
+#pragma once
+
+#include <string>
+
+#include "graph/step_graph.hpp"
+#include "scenario/scenario_spec.hpp"
+
+namespace moesim::test {
+
+struct Plan {
+  std::string model = "qwen3-30b-a3b";
+  std::string hardware = "h200-hgx";
+  int64_t devices = 8;
+  std::string mode = "pretrain";
+  int64_t global_batch = 8;
+  int64_t micro_batch = 1;
+  int64_t seq = 4096;
+  int64_t shard = 8;
+  int64_t replicate = 1;
+  int64_t ep = 1;
+  int64_t tp = 1;
+  bool sp = true;
+  int64_t pp = 1;
+  std::string schedule = "1f1b";
+  int64_t virtual_stages = 1;
+  int64_t cp = 1;
+  std::string recompute = "none";
+  bool swap = false;
+  std::string swap_ops = "[\"expert_gmm_up\"]";
+  std::string loss = "{\"kind\": \"full\"}";
+  std::string lora_targets = "[\"q_proj\", \"o_proj\"]";
+  bool reshard = true;
+  std::string fused = "{}";
+  bool overlap = true;
+};
+
+inline Scenario scenario(const Plan& p) {
+  std::string text = R"({"name": "t", "model": ")" + p.model + R"(", "hardware": ")" + p.hardware +
+                     R"(", "num_devices": )" + std::to_string(p.devices) + R"(, "training": {"mode": ")" + p.mode + "\"";
+  if (p.mode == "lora") text += R"(, "lora": {"rank": 16, "alpha": 32, "targets": )" + p.lora_targets + "}";
+  text += R"(}, "batch": {"global_batch_size": )" + std::to_string(p.global_batch) + R"(, "micro_batch_size": )" +
+          std::to_string(p.micro_batch) + R"(, "sequence_length": )" + std::to_string(p.seq) +
+          R"(}, "parallel": {"fsdp": {"shard": )" + std::to_string(p.shard) + R"(, "replicate": )" +
+          std::to_string(p.replicate) + R"(, "reshard_after_forward": )" + (p.reshard ? "true" : "false") +
+          R"(}, "ep": )" + std::to_string(p.ep) + R"(, "tp": {"degree": )" + std::to_string(p.tp) +
+          R"(, "sequence_parallel": )" + (p.sp ? "true" : "false") + R"(}, "pp": {"stages": )" + std::to_string(p.pp) +
+          R"(, "schedule": ")" + p.schedule + R"(", "virtual_stages": )" + std::to_string(p.virtual_stages) +
+          R"(}, "cp": )" + std::to_string(p.cp) + R"(}, "recompute": {"policy": ")" + p.recompute +
+          R"("}, "swap": {"enabled": )" + (p.swap ? "true" : "false") + R"(, "ops": )" + (p.swap ? p.swap_ops : "[]") +
+          R"(}, "loss": )" + p.loss + R"(, "fused_ops": )" + p.fused + R"(, "overlap": {"comm_compute": )" +
+          (p.overlap ? "true" : "false") + "}}";
+  return load_scenario(InputText{"t.json", text, false});
+}
+
+}  // namespace moesim::test

@@ -1,0 +1,309 @@
+// SPDX-License-Identifier: MIT
+// The op graph against closed forms: Megatron's FLOP count, 6 x active parameters x tokens, FSDP
+// and all-to-all byte counts, LoRA and recompute; and the invariants on every model and many plans.
+#include <doctest/doctest.h>
+
+#include <map>
+
+#include "graph/graph_checks.hpp"
+#include "graph/graph_stats.hpp"
+#include "graph_test_util.hpp"
+#include "model/accounting.hpp"
+
+using namespace moesim;
+using test::Plan;
+
+namespace {
+
+void check_invariants(const StepGraph& g) {
+  for (const Program& p : g.programs) {
+    CHECK(check_acyclic(p).empty());
+    const auto memory = check_memory_balance(p);
+    CHECK_MESSAGE(memory.empty(), (memory.empty() ? "" : memory.front()));
+  }
+  const auto p2p = check_p2p_matching(g);
+  CHECK_MESSAGE(p2p.empty(), (p2p.empty() ? "" : p2p.front()));
+  CHECK(check_collective_order(g).empty());
+}
+
+double sum_flops(const StepGraph& g, Phase phase, int64_t first_layer, int64_t last_layer) {
+  double f = 0;
+  const auto ranks = static_cast<double>(g.plan.num_ranks() / g.plan.num_programs());
+  for (const Program& p : g.programs) {
+    for (const Op& op : p.ops) {
+      if (op.phase == phase && op.layer >= first_layer && op.layer <= last_layer) f += op.flops * ranks;
+    }
+  }
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("GPT-3 175B under TP 8 x PP 4 x DP 2: Megatron's FLOPs per step, with causal attention") {
+  // Megatron (Narayanan et al. 2021): 72 B L s h^2 (1 + s/(6h) + V/(12 h L)) per step. The graph
+  // counts causal attention, (s+1)/2 keys per query: s/(6h) becomes (s+1)/(12h). The vocabulary
+  // is padded to a multiple of TP, as Megatron pads it.
+  Plan p;
+  p.model = "gpt3-175b";
+  p.hardware = "h100-hgx";
+  p.devices = 64;
+  p.global_batch = 16;
+  p.seq = 2048;
+  p.shard = 1;
+  p.replicate = 2;
+  p.tp = 8;
+  p.pp = 4;
+  const StepGraph g = build_step_graph(test::scenario(p));
+  CHECK(g.num_micro_batches == 8);
+  CHECK(g.programs.size() == 4);
+  const double B = 16, L = 96, s = 2048, h = 12288, V = 6283.0 * 8;
+  const double megatron = 72 * B * L * s * h * h * (1 + (s + 1) / (12 * h) + V / (12 * h * L));
+  const GraphStats st = compute_stats(g);
+  CHECK(st.model_flops_per_step == doctest::Approx(megatron).epsilon(1e-9));
+  check_invariants(g);
+
+  // Full recompute adds one forward of every layer: 24 B L s h^2 (1 + (s+1)/(12h)) more FLOPs of
+  // matmuls and attention, and model FLOPs are unchanged.
+  p.recompute = "full";
+  const StepGraph r = build_step_graph(test::scenario(p));
+  const GraphStats rs = compute_stats(r);
+  CHECK(rs.model_flops_per_step == doctest::Approx(megatron).epsilon(1e-9));
+  CHECK(sum_flops(r, Phase::recompute, 1, 96) == doctest::Approx(sum_flops(r, Phase::fwd, 1, 96)).epsilon(1e-12));
+  double recompute_model = 0;
+  for (const Program& prog : r.programs) {
+    for (const Op& op : prog.ops) {
+      if (op.phase == Phase::recompute && counts_as_model_flops(op.kind)) recompute_model += op.flops * 16;
+    }
+  }
+  CHECK(recompute_model == doctest::Approx(24 * B * L * s * h * h * (1 + (s + 1) / (12 * h))).epsilon(1e-9));
+  check_invariants(r);
+}
+
+TEST_CASE("MoE and hybrid models: model FLOPs = tokens x (6 x active matmul params + attention terms)") {
+  struct Case {
+    const char* model;
+    const char* hardware;
+    int64_t devices, shard, ep, pp, cp, seq;
+  };
+  for (const Case& c : {Case{"qwen3-30b-a3b", "h200-hgx", 8, 8, 8, 1, 1, 4096},
+                        Case{"mixtral-8x7b", "h200-hgx", 16, 8, 8, 2, 1, 4096},
+                        Case{"kimi-linear-48b-a3b", "h200-hgx", 8, 4, 8, 1, 2, 8192},
+                        Case{"deepseek-v3.2", "h200-hgx", 16, 16, 16, 1, 1, 8192},
+                        Case{"kimi-k3-dsa", "supernode-128", 128, 128, 64, 1, 1, 8192},
+                        Case{"kimi-k3", "supernode-128", 128, 64, 32, 1, 2, 16384}}) {
+    CAPTURE(c.model);
+    Plan p;
+    p.model = c.model;
+    p.hardware = c.hardware;
+    p.devices = c.devices;
+    p.shard = c.shard;
+    p.cp = c.cp;
+    p.ep = c.ep;
+    p.pp = c.pp;
+    p.seq = c.seq;
+    p.global_batch = c.devices / c.pp / c.cp * 2;
+    if (std::string(c.model) == "mixtral-8x7b") p.ep = 8;
+    const Scenario s = test::scenario(p);
+    const StepGraph g = build_step_graph(s);
+    const double expected = static_cast<double>(g.tokens_per_step) * count_flops(s.model, c.seq).train;
+    CHECK(compute_stats(g).model_flops_per_step == doctest::Approx(expected).epsilon(1e-9));
+    check_invariants(g);
+  }
+}
+
+TEST_CASE("FSDP2: each all-gather moves a unit's parameters; two per layer per micro-batch when resharding") {
+  Plan p;  // qwen3-30b-a3b, 8 devices, shard 8, ep 8
+  p.ep = 8;
+  p.global_batch = 16;  // 2 micro-batches
+  const Scenario s = test::scenario(p);
+  const StepGraph g = build_step_graph(s);
+  const double bytes = 2;  // bf16 parameters
+  std::map<int32_t, int> gathers;
+  for (const Op& op : g.programs[0].ops) {
+    if (op.kind != OpKind::all_gather || op.group == GroupKind::tp) continue;
+    ++gathers[op.layer];
+    if (op.layer >= 1 && op.layer <= 48) {
+      const LayerParams lp = layer_params(s.model, op.layer);
+      const double expected = op.group == GroupKind::fsdp ? static_cast<double>(lp.non_expert) * bytes
+                                                          : static_cast<double>(lp.expert) / 8 * bytes;
+      CHECK(op.comm_bytes == doctest::Approx(expected));
+    }
+  }
+  // non-expert (fsdp group of 8) and expert (edp group of 1: nothing to gather) per pass.
+  CHECK(gathers[1] == 2 * 2);
+  CHECK(gathers[0] == 2 * 2);  // the embedding unit too: resharded after forward, gathered again in backward
+  p.reshard = false;
+  const StepGraph kept = build_step_graph(test::scenario(p));
+  int n = 0;
+  for (const Op& op : kept.programs[0].ops) n += op.kind == OpKind::all_gather && op.layer == 1;
+  CHECK(n == 2);  // gathered once per micro-batch, held through backward
+  check_invariants(kept);
+}
+
+TEST_CASE("all-to-all: tokens x top_k x width x bytes per dispatch, (ep-1)/ep of it remote under uniform routing") {
+  Plan p;
+  p.model = "kimi-k3-dsa";
+  p.hardware = "supernode-128";
+  p.devices = 128;
+  p.shard = 128;
+  p.ep = 64;
+  p.global_batch = 128;
+  p.seq = 4096;
+  const StepGraph g = build_step_graph(test::scenario(p));
+  const double per_dispatch = 4096.0 * 16 * 3584 * 2;  // latent width 3584, bf16
+  int dispatches = 0;
+  for (const Op& op : g.programs[0].ops) {
+    if (op.kind != OpKind::all_to_all) continue;
+    CHECK(op.comm_bytes == doctest::Approx(per_dispatch));
+    CHECK(op.group == GroupKind::ep);
+    ++dispatches;
+  }
+  CHECK(dispatches == 92 * 4);  // dispatch and combine, forward and backward, 92 MoE layers
+  const GraphStats st = compute_stats(g);
+  CHECK(st.all_to_all_remote_bytes == doctest::Approx(per_dispatch * 92 * 4 * 128 * 63 / 64));
+}
+
+TEST_CASE("LoRA removes exactly the base weights' gradient FLOPs") {
+  Plan p;
+  p.model = "kimi-k3";
+  p.hardware = "supernode-128";
+  p.devices = 128;
+  p.shard = 128;
+  p.ep = 64;
+  p.global_batch = 128;
+  p.seq = 4096;
+  const Scenario full = test::scenario(p);
+  p.mode = "lora";
+  p.lora_targets = R"(["q_proj", "o_proj", "q_a_proj", "shared_experts"])";
+  const Scenario lora = test::scenario(p);
+  const GraphStats fs = compute_stats(build_step_graph(full));
+  const StepGraph lg = build_step_graph(lora);
+  const GraphStats ls = compute_stats(lg);
+  const double adapters = ls.by_kind.at(OpKind::lora_gemm).flops;
+  CHECK(adapters > 0);
+  const double tokens = static_cast<double>(fs.tokens_per_step);
+  CHECK(fs.model_flops_per_step - (ls.model_flops_per_step - adapters) ==
+        doctest::Approx(tokens * count_flops(full.model, 4096).matmul_fwd).epsilon(1e-9));
+  // No base-weight gradients: only adapter gradients are reduced, and they are small.
+  double reduced = 0;
+  for (const Op& op : lg.programs[0].ops) {
+    if (op.kind == OpKind::reduce_scatter && op.group != GroupKind::tp) reduced += op.comm_bytes;
+  }
+  CHECK(reduced > 0);
+  CHECK(reduced < 0.01 * 2 * static_cast<double>(count_params(full.model).total_params) * 4 / 128);
+  check_invariants(lg);
+}
+
+TEST_CASE("selective recompute re-runs exactly the dropped cheap ops, once") {
+  Plan p;
+  p.recompute = "selective";
+  const StepGraph g = build_step_graph(test::scenario(p));
+  std::map<std::string, int> fwd, re;
+  for (const Op& op : g.programs[0].ops) {
+    const std::string& name = g.programs[0].name_of(op);
+    if (op.phase == Phase::recompute) ++re[name];
+    if (op.phase == Phase::fwd) ++fwd[name];
+  }
+  REQUIRE_FALSE(re.empty());
+  for (const auto& [name, n] : re) {
+    CAPTURE(name);
+    CHECK(n == fwd[name]);  // once per forward
+    CHECK(name.find("proj") == std::string::npos);  // GEMMs are kept, not recomputed
+  }
+  check_invariants(g);
+}
+
+TEST_CASE("swap: every swapped buffer goes to host after forward and comes back before backward") {
+  Plan p;
+  p.model = "kimi-k3-dsa";
+  p.hardware = "supernode-128";
+  p.devices = 128;
+  p.shard = 128;
+  p.ep = 64;
+  p.global_batch = 128;
+  p.seq = 4096;
+  p.mode = "lora";
+  p.swap = true;
+  p.recompute = "selective";
+  p.fused = R"({"dsa": true, "kda": true})";
+  const StepGraph g = build_step_graph(test::scenario(p));
+  const GraphStats st = compute_stats(g);
+  REQUIRE(st.by_kind.contains(OpKind::swap_out));
+  CHECK(st.by_kind.at(OpKind::swap_out).count == st.by_kind.at(OpKind::swap_in).count);
+  CHECK(st.by_kind.at(OpKind::swap_out).comm_bytes == doctest::Approx(st.by_kind.at(OpKind::swap_in).comm_bytes));
+  // One expert gate/up output per MoE layer: R x 2f rows of bf16, R = 4096 x 16 expected.
+  CHECK(st.by_kind.at(OpKind::swap_out).count == 92 * 128);
+  CHECK(st.by_kind.at(OpKind::swap_out).comm_bytes == doctest::Approx(92.0 * 128 * 4096 * 16 * 6144 * 2));
+  check_invariants(g);
+}
+
+TEST_CASE("invariants hold for every shipped model under several plans") {
+  struct Model {
+    const char* name;
+    int64_t ep;
+    int64_t tp;
+    int64_t pp;
+  };
+  for (const Model& m : {Model{"kimi-k3", 64, 1, 1}, Model{"kimi-k3-dsa", 32, 2, 1}, Model{"deepseek-v3", 16, 1, 1},
+                         Model{"deepseek-v3.2", 8, 2, 1}, Model{"kimi-k2", 32, 1, 1},
+                         Model{"kimi-linear-48b-a3b", 8, 2, 3}, Model{"qwen3-235b-a22b", 8, 2, 2},
+                         Model{"qwen3-30b-a3b", 8, 4, 2}, Model{"mixtral-8x7b", 8, 2, 2},
+                         Model{"mixtral-8x22b", 8, 8, 1}, Model{"llama-3.1-405b", 1, 8, 2}, Model{"gpt3-175b", 1, 4, 4}}) {
+    for (const char* recompute : {"none", "selective", "full"}) {
+      CAPTURE(m.name);
+      CAPTURE(recompute);
+      Plan p;
+      p.model = m.name;
+      p.hardware = "h200-hgx";
+      p.tp = m.tp;
+      p.pp = m.pp;
+      p.shard = std::max<int64_t>(16, m.ep);
+      p.devices = p.shard * m.tp * m.pp;
+      p.ep = m.ep;
+      p.seq = 2048;
+      p.global_batch = p.shard * 4;
+      p.recompute = recompute;
+      p.sp = std::string(recompute) != "full";  // both TP flavours
+      p.mode = std::string(recompute) == "selective" ? "lora" : "pretrain";
+      p.lora_targets = R"(["o_proj"])";
+      check_invariants(build_step_graph(test::scenario(p)));
+    }
+  }
+}
+
+TEST_CASE("interleaved 1F1B: every stage runs each micro-batch's forward and backward of each chunk once") {
+  Plan p;
+  p.model = "llama-3.1-405b";
+  p.devices = 32;
+  p.tp = 8;
+  p.pp = 2;
+  p.shard = 2;
+  p.schedule = "interleaved_1f1b";
+  p.virtual_stages = 3;
+  p.global_batch = 8;  // 4 micro-batches per data-parallel rank
+  p.seq = 2048;
+  const StepGraph g = build_step_graph(test::scenario(p));
+  CHECK(g.num_micro_batches == 4);
+  for (const Program& prog : g.programs) {
+    std::map<std::pair<int32_t, int32_t>, int> fwd_norms;
+    for (const Op& op : prog.ops) {
+      if (op.kind == OpKind::norm && op.phase == Phase::fwd && prog.name_of(op).ends_with("attn_norm")) {
+        ++fwd_norms[{op.layer, op.micro}];
+      }
+    }
+    CHECK(fwd_norms.size() == 126 / 2 * 4);  // 63 layers per stage, 4 micro-batches
+    for (const auto& [key, n] : fwd_norms) CHECK(n == 1);
+  }
+  check_invariants(g);
+}
+
+TEST_CASE("without overlap, communication runs on the compute stream") {
+  Plan p;
+  p.ep = 8;
+  p.overlap = false;
+  const StepGraph g = build_step_graph(test::scenario(p));
+  for (const Op& op : g.programs[0].ops) {
+    if (is_communication(op.kind)) CHECK(op.stream == Stream::compute);
+  }
+  check_invariants(g);
+}

@@ -64,7 +64,7 @@ struct Unit {
 
 class StepBuilder {
  public:
-  StepBuilder(const Scenario& s, const ParallelPlan& plan) : s_(s), spec_(s.spec), m_(s.model), plan_(plan) {
+  StepBuilder(const Scenario& s, const ParallelPlan& plan) : spec_(s.spec), m_(s.model), plan_(plan) {
     const auto& p = spec_.parallel;
     c_.model = &m_;
     c_.scenario = &spec_;
@@ -414,14 +414,15 @@ class StepBuilder {
       anchor = r;
     }
     for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
-      const Boundary before = grad;
       grad = run_unit_backward(w, *it, micro, build_layer_tape(c_, *it), grad, anchor);
       anchor = first_bwd_op_.at(*it);
-      (void)before;
     }
     if (g == 0) {
-      if (c_.train_base) grad = run_unit_backward(w, 0, micro, build_embedding_tape(c_), grad, anchor);
-      else release_embedding(w, micro, grad);
+      if (c_.train_base) {
+        grad = run_unit_backward(w, 0, micro, build_embedding_tape(c_), grad, anchor);
+      } else {
+        release_embedding(w, micro, grad);
+      }
     } else {
       const int64_t to = (g - 1) % stages - (g % stages);
       const uint32_t s = p2p(w, OpKind::send, to, micro, layers.front(), Phase::bwd, hidden_bytes, "pp_send.gradient");
@@ -503,7 +504,6 @@ class StepBuilder {
     }
   }
 
-  const Scenario& s_;
   const ScenarioSpec& spec_;
   const ModelSpec& m_;
   const ParallelPlan& plan_;

@@ -103,7 +103,12 @@ write("ep-not-shard", mutate(scenario, lambda d: (d["parallel"]["fsdp"].update(s
 write("pp-layers", mutate(scenario, lambda d: (d["parallel"]["fsdp"].update(shard=64), d["parallel"].update(ep=64), d["parallel"]["pp"].update(stages=2), d["batch"].update(global_batch_size=128))), "scenario", "/parallel/pp/stages", "93 layers of kimi-k3-dsa do not split evenly into 2 stages")
 write("tp-heads", mutate(scenario, lambda d: (d["parallel"]["fsdp"].update(shard=2), d["parallel"].update(ep=2), d["parallel"]["tp"].update(degree=64))), "scenario", "/parallel/tp/degree", "must divide the 96 MLA heads, got 64")
 write("batch-dp", mutate(scenario, setp("/batch/global_batch_size", 100)), "scenario", "/batch/global_batch_size", "must be a multiple of micro_batch_size x dp (1 x 128 = 128), got 100")
-write("too-many-devices", mutate(scenario, lambda d: (d.update(num_devices=256), d["parallel"]["fsdp"].update(replicate=2))), "scenario", "/num_devices", "exceeds supernode-128's 128 devices")
+# A valid single-node platform (no scale-out, at most 8 devices) for the device-count check.
+one_node = mutate(hw, lambda d: (d.update(name="one-node", max_devices=8), d["fabric"].pop("scale_out")))
+os.makedirs(os.path.join(OUT, "support"), exist_ok=True)
+with open(os.path.join(OUT, "support", "one-node.json"), "w") as f:
+    f.write(json.dumps(one_node, indent=2) + "\n")
+write("too-many-devices", mutate(scenario, lambda d: (d.update(num_devices=16, hardware="../support/one-node.json"), d["parallel"]["fsdp"].update(shard=16), d["parallel"].update(ep=16))), "scenario", "/num_devices", "exceeds one-node's 8 devices")
 write("lora-missing", mutate(scenario, setp("/training/lora", DELETE)), "scenario", "/training/lora", "required when mode is lora")
 write("lora-target", mutate(scenario, lambda d: d["training"]["lora"].update(targets=["q_proj", "routed_experts"]) or d.update(model="llama-3.1-405b") or d["parallel"].update(ep=1)), "scenario", "/training/lora/targets/1", "llama-3.1-405b has no routed_experts projection")
 write("lora-target-absent", mutate(scenario, lambda d: d["training"]["lora"].update(targets=["q_proj", "q_a_proj"]) or d.update(model="kimi-linear-48b-a3b") or d["parallel"].update(ep=64) or d["fused_ops"].update(dsa=False)), "scenario", "/training/lora/targets/1", "kimi-linear-48b-a3b has no q_a_proj projection")

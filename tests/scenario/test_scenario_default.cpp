@@ -21,7 +21,7 @@ TEST_CASE("the embedded default is the seeds' configuration") {
   CHECK(s.spec.training.precision.compute == Dtype::bf16);
   CHECK(s.spec.swap.enabled);
   CHECK(s.spec.loss.kind == LossKind::cce);
-  CHECK(s.spec.doc.find("32,768") != std::string::npos);  // the doc says why this sequence length
+  CHECK(s.spec.doc.find("8,192-token") != std::string::npos);  // the doc says why this sequence length
 }
 
 TEST_CASE("every file in scenarios/ loads, is embedded and names itself") {

@@ -8,9 +8,12 @@
 #include <CLI/CLI.hpp>
 
 #include <chrono>
+#include <filesystem>
 
 #include "app/graph_commands.hpp"
 #include "app/input_info.hpp"
+#include "core/output_file.hpp"
+#include "graph/graph_json.hpp"
 #include "app/model_info.hpp"
 #include "core/error.hpp"
 #include "core/json_input.hpp"
@@ -27,6 +30,8 @@ struct Options {
   std::string scenario;
   int64_t seq_len = 4096;
   std::string describe_kind;
+  std::string output;
+  std::string graph_file;
   bool markdown = false;
 };
 
@@ -63,6 +68,13 @@ int main(int argc, char** argv) {
   auto* graph_stats = graph_cmd->add_subcommand("stats", "Ops, FLOPs and bytes of one step over all ranks");
   graph_stats->add_option("SCENARIO", opt.scenario, "Scenario file or shipped name (default: the embedded default)");
   graph_stats->add_flag("--json", opt.json, "JSON output");
+
+  auto* graph_export = graph_cmd->add_subcommand("export", "Write the op graph as JSON (docs/graph-format.md)");
+  graph_export->add_option("SCENARIO", opt.scenario, "Scenario file or shipped name (default: the embedded default)");
+  graph_export->add_option("-o,--output", opt.output, "Output file")->required();
+  auto* graph_import = graph_cmd->add_subcommand("import", "Read an exported graph, check it, and print its stats");
+  graph_import->add_option("FILE", opt.graph_file, "A file written by `moesim graph export`")->required();
+  graph_import->add_flag("--json", opt.json, "JSON output");
 
   auto* describe = app.add_subcommand("describe", "Every input field with its type, unit, default and meaning");
   describe->add_option("KIND", opt.describe_kind, "model, hardware or scenario (default: all)")
@@ -101,6 +113,18 @@ int main(int argc, char** argv) {
       const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       const GraphStats stats = compute_stats(graph);
       print(opt.json ? graph_stats_json(graph, stats, build_s) : graph_stats_text(graph, stats, build_s));
+    } else if (graph_export->parsed()) {
+      const std::string ref = opt.scenario.empty() ? std::string(kDefaultScenario) : opt.scenario;
+      const Scenario s = load_scenario(read_input(ref, "scenarios", "SCENARIO"));
+      write_file_atomically(opt.output, export_graph_json(build_step_graph(s)), "--output");
+    } else if (graph_import->parsed()) {
+      if (!std::filesystem::is_regular_file(opt.graph_file)) throw InputError("FILE", "", "no such file '" + opt.graph_file + "'");
+      const InputText input = read_input(opt.graph_file, "graphs", "FILE");
+      const auto start = std::chrono::steady_clock::now();
+      const StepGraph graph = import_graph_json(input.text, input.name);
+      const double read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const GraphStats stats = compute_stats(graph);
+      print(opt.json ? graph_stats_json(graph, stats, read_s) : graph_stats_text(graph, stats, read_s));
     } else if (describe->parsed()) {
       print(opt.markdown ? describe_markdown(opt.describe_kind) : describe_text(opt.describe_kind));
     }

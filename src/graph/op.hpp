@@ -139,7 +139,8 @@ struct Op {
   Stream stream = Stream::compute;
   Dtype dtype = Dtype::bf16;       // compute format (selects the device peak)
   GroupKind group = GroupKind::tp;  // communication ops only
-  int8_t peer_offset = 0;           // send / recv: +1 next, -1 previous member of `group`
+  int32_t peer_offset = 0;          // send / recv: the peer's position in `group` minus this rank's
+                                    // (+1 next, -1 previous; interleaved 1F1B wraps with +-(pp - 1))
   bool trainable_weight = false;    // the op's weight receives a gradient (gemms)
   int32_t layer = 0;                // 1-based model layer; 0 embedding, num_layers + 1 head and loss
   int32_t micro = -1;               // micro-batch, -1 for per-step ops
@@ -148,7 +149,8 @@ struct Op {
   double flops = 0;
   double bytes_read = 0;            // HBM traffic
   double bytes_written = 0;
-  double comm_bytes = 0;            // collectives: nccl-tests "size" on this rank; p2p: bytes sent/received
+  double comm_bytes = 0;            // collectives: nccl-tests "size" on this rank; p2p: bytes sent or
+                                    // received; swap copies: bytes copied
   int64_t m = 0, n = 0, k = 0;      // GEMM shape (grouped: m is the total rows)
   int32_t num_groups = 0;           // grouped GEMM: experts on this rank
   uint32_t first_tensor = 0;        // inputs then outputs, in Program::tensors

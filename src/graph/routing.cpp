@@ -252,7 +252,8 @@ void fill_conditional(std::span<const double> prob, std::span<double> conditiona
 
 RoutingSampler::RoutingSampler(const RoutingSpec& spec, int64_t num_experts, int64_t top_k,
                                int64_t ep, std::vector<double> histogram)
-    : distribution_(spec.distribution),
+    : spec_(spec),
+      distribution_(spec.distribution),
       skew_(spec.skew),
       seed_(spec.seed),
       num_experts_(num_experts),

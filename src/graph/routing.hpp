@@ -76,6 +76,8 @@ class RoutingSampler {
   RoutingSampler(const RoutingSpec& spec, int64_t num_experts, int64_t top_k, int64_t ep,
                  std::vector<double> histogram);
 
+  const RoutingSpec& spec() const { return spec_; }
+  std::span<const double> histogram() const { return histogram_; }
   int64_t num_experts() const { return num_experts_; }
   int64_t top_k() const { return top_k_; }
   int64_t ep() const { return ep_; }
@@ -119,6 +121,7 @@ class RoutingSampler {
   const LayerTable& table(int64_t layer) const;
   std::unique_ptr<const LayerTable> build_table(int64_t layer) const;
 
+  RoutingSpec spec_;  // as given, for export
   RoutingDistribution distribution_;
   double skew_;
   int64_t seed_;

@@ -320,7 +320,7 @@ class StepBuilder {
     op.phase = phase;
     op.stream = comm_stream();
     op.group = GroupKind::pp;
-    op.peer_offset = static_cast<int8_t>(offset);
+    op.peer_offset = static_cast<int32_t>(offset);
     op.layer = static_cast<int32_t>(layer);
     op.micro = static_cast<int32_t>(micro);
     op.comm_bytes = bytes;

@@ -42,6 +42,32 @@ expect("describe scenario", r.returncode == 0 and "/parallel/ep" in r.stdout)
 r = run("--help")
 expect("--help", r.returncode == 0 and "model" in r.stdout)
 
+# The op graph: stats, and export / import round trip.
+r = run("graph", "stats", "--json")
+j = json.loads(r.stdout)
+for key in ("num_ops", "num_ranks", "num_programs", "flops_per_step", "tokens_per_step", "ops_by_kind", "bytes_by_collective"):
+    expect("graph stats key " + key, key in j)
+expect("graph stats ranks", j["num_ranks"] == 128 and j["num_programs"] == 1)
+expect("graph stats kinds", {"kda", "all_to_all", "all_gather", "reduce_scatter", "grouped_gemm"} <= set(j["ops_by_kind"]))
+import os
+import tempfile
+with tempfile.TemporaryDirectory() as tmp:
+    out = os.path.join(tmp, "g.json")
+    r = run("graph", "export", "-o", out)
+    expect("graph export", r.returncode == 0 and os.path.getsize(out) > 0, r.stderr)
+    r = run("graph", "import", out, "--json")
+    imported = json.loads(r.stdout) if r.returncode == 0 else {}
+    expect("graph import stats", imported.get("flops_per_step") == j["flops_per_step"], r.stderr)
+    with open(out) as f:
+        text = f.read()
+    with open(out, "w") as f:
+        f.write(text[: len(text) // 3])
+    r = run("graph", "import", out)
+    expect("graph import truncated", r.returncode == 2 and "invalid JSON at line" in r.stderr, r.stderr)
+    r = run("graph", "export", "-o", os.path.join(tmp, "no", "such", "dir.json"))
+    expect("graph export unwritable", r.returncode == 2 and r.stderr.startswith("--output: cannot write"), r.stderr)
+    expect("graph export leaves nothing", os.listdir(tmp) == ["g.json"], str(os.listdir(tmp)))
+
 # Bad input: exit code 2, a message naming the file and JSON path, nothing on stdout.
 with open("tests/data/bad/cases.json") as f:
     cases = json.load(f)

@@ -14,6 +14,8 @@
 #include "app/input_info.hpp"
 #include "core/output_file.hpp"
 #include "graph/graph_json.hpp"
+#include "report/step_report.hpp"
+#include "report/trace.hpp"
 #include "app/model_info.hpp"
 #include "core/error.hpp"
 #include "core/json_input.hpp"
@@ -31,6 +33,10 @@ struct Options {
   int64_t seq_len = 4096;
   std::string describe_kind;
   std::string output;
+  std::string trace;
+  std::string memory_csv;
+  int64_t steps = 0;
+  int64_t trace_ranks = 8;
   std::string graph_file;
   bool markdown = false;
 };
@@ -45,6 +51,15 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "moesim 0.1.0");
   app.require_subcommand(0, 1);  // at most one, so "describe scenario" reads scenario as KIND
   Options opt;
+
+  auto* simulate = app.add_subcommand("simulate", "Simulate a training step: time, memory, breakdown");
+  simulate->add_option("SCENARIO", opt.scenario, "Scenario file or shipped name (default: the embedded default)");
+  simulate->add_flag("--json", opt.json, "JSON output");
+  simulate->add_option("--trace", opt.trace, "Write a Chrome/Perfetto trace of the first sampled step");
+  simulate->add_option("--trace-ranks", opt.trace_ranks, "Ranks in the trace")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  simulate->add_option("--memory-csv", opt.memory_csv, "Write rank 0's memory over time (first sampled step)");
+  simulate->add_option("--steps", opt.steps, "Sampled steps (default: the scenario's routing.num_sampled_steps)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1000}));
 
   auto* model_cmd = app.add_subcommand("model", "Model accounting")->require_subcommand(1);
   auto* model_info = model_cmd->add_subcommand("info", "Parameters, active parameters, weight bytes and FLOPs per token");
@@ -93,7 +108,31 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (model_info->parsed()) {
+    if (simulate->parsed()) {
+      const std::string ref = opt.scenario.empty() ? std::string(kDefaultScenario) : opt.scenario;
+      const Scenario s = load_scenario(read_input(ref, "scenarios", "SCENARIO"));
+      const auto start = std::chrono::steady_clock::now();
+      const StepGraph graph = build_step_graph(s);
+      const GraphStats stats = compute_stats(graph);
+      const CostModel cost(s.hardware);
+      Engine engine(graph, cost);
+      const int64_t steps = opt.steps > 0 ? opt.steps : s.spec.routing.num_sampled_steps;
+      std::vector<StepResult> results;
+      for (int64_t step = 0; step < steps; ++step) {
+        EngineOptions eo;
+        eo.step = step;
+        eo.record_timeline = step == 0 && (!opt.trace.empty() || !opt.memory_csv.empty());
+        results.push_back(engine.run(eo));
+      }
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (!opt.trace.empty()) {
+        write_file_atomically(opt.trace, chrome_trace_json(graph, results.front().timeline, TraceOptions{opt.trace_ranks}),
+                              "--trace");
+      }
+      if (!opt.memory_csv.empty()) write_file_atomically(opt.memory_csv, memory_csv(results.front().timeline), "--memory-csv");
+      const StepReport report = make_step_report(s, graph, stats, results, wall);
+      print(opt.json ? step_report_json(report) : step_report_text(report));
+    } else if (model_info->parsed()) {
       const InputText input = read_input(opt.model, "models", "MODEL");
       const ModelSpec model = load_model(input);
       print(opt.json ? model_info_json(input.name, model, opt.seq_len) : model_info_text(input.name, model, opt.seq_len));

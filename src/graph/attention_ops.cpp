@@ -25,6 +25,7 @@ int flash_attention(TapeBuilder& b, const std::string& name, std::vector<int> qk
   TapeOp op;
   op.op.kind = OpKind::flash_attention;
   op.op.dtype = c.compute;
+  op.op.m = t;
   op.op.flops = 2.0 * static_cast<double>(t * heads * (d_qk + d_v)) * mean_keys(c.seq_len, c.seq_len);
   for (int in : qkv) op.op.bytes_read += b.tape().tensors()[static_cast<size_t>(in)].desc.bytes();
   op.op.bytes_written = bytes_of(t * heads * d_v, c.act) + bytes_of(t * heads, Dtype::fp32);
@@ -151,6 +152,7 @@ int mla_dsa_block(TapeBuilder& b, int x) {
     TapeOp li;  // LI: scores, ReLU-weighted head sum and top-k in one kernel; scores never leave chip
     li.op.kind = OpKind::dsa_indexer;
     li.op.dtype = ix.dtype;
+    li.op.m = t;
     li.op.flops = indexer_flops;
     li.op.bytes_read = bytes_of(t * ih * ix.head_dim + t * c.cp * ix.head_dim, ix.dtype);
     li.op.bytes_written = bytes_of(t * kept_keys, Dtype::int32);
@@ -168,6 +170,9 @@ int mla_dsa_block(TapeBuilder& b, int x) {
     TapeOp sc;
     sc.op.kind = OpKind::indexer_score;
     sc.op.dtype = ix.dtype;
+    sc.op.m = t;
+    sc.op.n = c.seq_len;
+    sc.op.k = ih * ix.head_dim;
     sc.op.flops = indexer_flops;
     sc.op.bytes_read = bytes_of(t * ih * ix.head_dim + t * c.cp * ix.head_dim, ix.dtype);
     sc.op.bytes_written = pairs * 4.0;
@@ -197,6 +202,7 @@ int mla_dsa_block(TapeBuilder& b, int x) {
     TapeOp sfa;  // SFA forward / SFAG backward: gathers the selected latents on chip
     sfa.op.kind = OpKind::sparse_attention;
     sfa.op.dtype = c.compute;
+    sfa.op.m = t;
     sfa.op.flops = sparse_flops;
     sfa.op.bytes_read = bytes_of(t * h * latent, c.act) + bytes_of(t * kept_keys, Dtype::int32) +
                         bytes_of(std::min(t * kept_keys, t * c.cp) * latent, c.act);
@@ -228,6 +234,7 @@ int mla_dsa_block(TapeBuilder& b, int x) {
     TapeOp sa;
     sa.op.kind = OpKind::sparse_attention;
     sa.op.dtype = c.compute;
+    sa.op.m = t;
     sa.op.flops = sparse_flops;
     sa.op.bytes_read = bytes_of(t * kept_keys * latent + t * h * latent, c.act);
     sa.op.bytes_written = bytes_of(t * h * kept_keys, Dtype::fp32) + bytes_of(t * h * a.kv_lora_rank, c.act);
@@ -288,6 +295,7 @@ int kda_block(TapeBuilder& b, int x) {
     TapeOp core;
     core.op.kind = OpKind::kda;
     core.op.dtype = c.compute;
+    core.op.m = t;
     core.op.flops = total;
     core.op.bytes_read = bytes_of(4 * t * p + t * h, c.act);
     core.op.bytes_written = bytes_of(t * p, c.act);
@@ -323,6 +331,7 @@ int kda_block(TapeBuilder& b, int x) {
       TapeOp op;
       op.op.kind = st.kind;
       op.op.dtype = st.kind == OpKind::kda_gate_cumsum ? Dtype::fp32 : c.compute;
+      op.op.m = t;
       op.op.flops = st.flops;
       for (int in : st.in) op.op.bytes_read += b.tape().tensors()[static_cast<size_t>(in)].desc.bytes();
       op.op.bytes_written = b.tape().tensors()[static_cast<size_t>(st.out)].desc.bytes();
@@ -354,6 +363,7 @@ int kda_block(TapeBuilder& b, int x) {
     TapeOp fix;
     fix.op.kind = OpKind::kda_state_correction;
     fix.op.dtype = c.compute;
+    fix.op.m = t;
     fix.op.flops = th * 4 * dh * dh;  // q S and the decayed state update
     fix.op.bytes_read = bytes_of(2 * t * p, c.act) + bytes_of(state_elems, Dtype::fp32);
     fix.op.bytes_written = bytes_of(t * p, c.act);

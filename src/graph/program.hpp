@@ -64,6 +64,7 @@ class ProgramWriter {
   uint32_t buffer(double bytes, MemCategory category, std::string_view name);
   uint32_t last() const { return static_cast<uint32_t>(p_.ops.size() - 1); }
   Program& program() { return p_; }
+  const Program& program() const { return p_; }
 
  private:
   Program& p_;

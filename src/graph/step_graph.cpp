@@ -121,6 +121,7 @@ class StepBuilder {
     for (const Action& a : pipeline_schedule(stage, pp.stages, chunks, num_micro_)) {
       const int64_t g = a.chunk * pp.stages + stage;
       const auto& layers = chunk_layers[static_cast<size_t>(a.chunk)];
+      pass_start_ = static_cast<int64_t>(program.ops.size());
       if (a.forward) {
         forward(w, a.micro, g, layers);
       } else {
@@ -368,7 +369,7 @@ class StepBuilder {
                             std::vector<uint32_t> alloc_first) {
     EmitScope sc = scope(layer, micro);
     std::vector<uint32_t> gathered;
-    const int64_t anchor = prefetch_anchor_forward(layer);
+    const int64_t anchor = prefetch_anchor_forward(w, layer);
     gather(w, layer, static_cast<int32_t>(micro), Phase::fwd, sc.first_op_deps, gathered, anchor);
     sc.alloc_at_start = std::move(alloc_first);
     if (spec_.parallel.fsdp.reshard_after_forward) {
@@ -384,11 +385,22 @@ class StepBuilder {
   }
 
   // The op whose start lets layer `layer`'s gathers begin: `prefetch` layers earlier.
-  int64_t prefetch_anchor_forward(int64_t layer) const {
+  // The first unit of a pass has no earlier layer to wait for: its gathers are issued where the
+  // compute stream is now (FSDP2's pre-forward hook of the root), not at the start of the step.
+  int64_t prefetch_anchor_forward(const ProgramWriter& w, int64_t layer) const {
     const int64_t k = spec_.parallel.fsdp.prefetch;
     auto it = first_fwd_op_.find(layer - std::max<int64_t>(k, 1));
-    if (it == first_fwd_op_.end()) return -1;
-    return it->second;
+    if (it != first_fwd_op_.end() && it->second >= pass_start_) return it->second;
+    return last_compute(w);
+  }
+
+  // The last compute op emitted so far, -1 if none.
+  static int64_t last_compute(const ProgramWriter& w) {
+    const auto& ops = w.program().ops;
+    for (size_t i = ops.size(); i-- > 0;) {
+      if (ops[i].stream == Stream::compute) return static_cast<int64_t>(i);
+    }
+    return -1;
   }
 
   void backward(ProgramWriter& w, int64_t micro, int64_t g, const std::vector<int64_t>& layers) {
@@ -457,7 +469,7 @@ class StepBuilder {
     EmitScope sc = scope(layer, micro);
     std::vector<uint32_t> gathered;
     if (spec_.parallel.fsdp.reshard_after_forward) {
-      gather(w, layer, static_cast<int32_t>(micro), Phase::bwd, sc.first_op_deps, gathered, prefetch_anchor_backward(layer));
+      gather(w, layer, static_cast<int32_t>(micro), Phase::bwd, sc.first_op_deps, gathered, prefetch_anchor_backward(w, layer));
     } else {
       gathered = held_.at({micro, layer});
       held_.erase({micro, layer});
@@ -467,18 +479,18 @@ class StepBuilder {
     sc.alloc_at_start = grads;
     TapeState& st = states_.at({micro, layer});
     const BackwardResult r = emit_backward(w, tape, policy_for(layer), sc, st, grad_out.buffer, grad_out.producer, anchor);
-    first_bwd_op_[layer] = r.first_op;
+    first_bwd_op_[layer] = r.first_compute_op;
     const int64_t reduced = reduce(w, layer, static_cast<int32_t>(micro), r.last_op, grads);
     if (reduced >= 0) last_reduce_[layer] = reduced;
     states_.erase({micro, layer});
     return Boundary{r.input_grad_buffer, r.input_grad_producer};
   }
 
-  int64_t prefetch_anchor_backward(int64_t layer) const {
+  int64_t prefetch_anchor_backward(const ProgramWriter& w, int64_t layer) const {
     const int64_t k = std::max<int64_t>(spec_.parallel.fsdp.prefetch, 1);
     auto it = first_bwd_op_.find(layer + k);
-    if (it == first_bwd_op_.end()) return -1;
-    return it->second;
+    if (it != first_bwd_op_.end() && it->second >= pass_start_) return it->second;
+    return last_compute(w);
   }
 
   void optimizer(ProgramWriter& w) {
@@ -518,6 +530,7 @@ class StepBuilder {
   std::map<int64_t, uint32_t> first_fwd_op_;
   std::map<int64_t, uint32_t> first_bwd_op_;
   std::map<int64_t, int64_t> last_reduce_;
+  int64_t pass_start_ = 0;  // first op index of the forward or backward being emitted
 };
 
 }  // namespace

@@ -67,8 +67,17 @@ Analysis analyse(const LayerTape& tape, const TapePolicy& policy) {
     }
   }
   if (policy.recompute == RecomputePolicy::full) {
+    // Keep the layer input; recompute the whole layer except swap-target ops, whose needed
+    // outputs come back from host memory instead.
     a.kept[0] = true;
-    for (size_t i = 0; i < ops.size(); ++i) a.recomputed[i] = !ops[i].fwd_noop;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const bool swapped_op = swap_active(ops[i], policy);
+      a.recomputed[i] = !ops[i].fwd_noop && !swapped_op;
+      if (!swapped_op) continue;
+      for (int o : ops[i].outputs) {
+        if (a.needed[static_cast<size_t>(o)]) a.kept[static_cast<size_t>(o)] = a.swapped[static_cast<size_t>(o)] = true;
+      }
+    }
     return a;
   }
   a.kept = a.needed;
@@ -238,6 +247,7 @@ BackwardResult emit_backward(ProgramWriter& w, const LayerTape& tape, const Tape
     }
     if (compute && first_compute) {
       for (uint32_t d : scope.first_op_deps) w.depend(idx, d);
+      r.first_compute_op = idx;
       first_compute = false;
     }
   };

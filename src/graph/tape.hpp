@@ -105,6 +105,7 @@ TapeState emit_forward(ProgramWriter& w, const LayerTape& tape, const TapePolicy
 
 struct BackwardResult {
   uint32_t first_op = 0;
+  uint32_t first_compute_op = 0;  // the first recompute or backward op (after any swap-ins)
   uint32_t last_op = 0;
   uint32_t input_grad_buffer = 0;  // gradient of the layer input, for the previous layer to free
   uint32_t input_grad_producer = 0;

@@ -89,6 +89,26 @@ void declare_fields(F& f, FabricSpec& s) {
 }
 
 template <class F>
+void declare_fields(F& f, EfficiencyCurve& s) {
+  f.required("max", s.max, "Largest fraction of the peak reached.", between(0.001, 1));
+  f.optional("half_at", s.half_at, 0.0, "Size at which half of max is reached; 0: always max.", non_negative());
+}
+
+template <class F>
+void declare_fields(F& f, EfficiencySpec& s) {
+  f.required("gemm", s.gemm, "GEMMs, by their smallest dimension.");
+  f.required("grouped_gemm", s.grouped_gemm, "Expert grouped GEMMs, by rows (tokens) per expert.");
+  f.required("attention", s.attention, "Flash and sparse attention and the DSA indexer, by query tokens.");
+  f.required("linear_attention", s.linear_attention, "KDA kernels, by tokens.");
+  f.required("memory", s.memory, "Fraction of HBM bandwidth memory-bound kernels reach.", between(0.01, 1));
+  f.required("host_copy", s.host_copy, "Fraction of the host-memory bandwidth copies reach.", between(0.01, 1));
+  f.required("collective", s.collective, "Bus bandwidth of a large collective as a fraction of the port bandwidth.",
+             between(0.01, 1));
+  f.required("overlap_slowdown", s.overlap_slowdown,
+             "Fraction by which compute slows while communication overlaps it.", between(0, 1));
+}
+
+template <class F>
 void declare_fields(F& f, HardwareSpec& s) {
   f.required("name", s.name, "Platform name, as the file is named.");
   f.optional("doc", s.doc, std::string(), "Sources, and which numbers are assumptions.");
@@ -96,6 +116,7 @@ void declare_fields(F& f, HardwareSpec& s) {
   f.required("devices_per_node", s.devices_per_node, "Devices per node (server, tray).", positive());
   f.maybe("max_devices", s.max_devices, "Largest system of this platform; absent: any number of nodes.", positive());
   f.required("fabric", s.fabric, "How devices are wired.");
+  f.required("efficiency", s.efficiency, "How close kernels and collectives get to the peaks.");
   f.maybe("calibration", s.calibration, "Calibration file (relative to this file) read by the cost model.");
 }
 

@@ -81,6 +81,28 @@ struct FabricSpec {
   std::optional<ScaleOutSpec> scale_out;
 };
 
+// The achieved fraction of a peak as the work grows: max * x / (x + half_at), x being the op's
+// size measure (see EfficiencySpec); half_at 0 makes it the constant max.
+struct EfficiencyCurve {
+  double max = 1;
+  double half_at = 0;
+
+  double at(double x) const { return half_at <= 0 ? max : max * x / (x + half_at); }
+};
+
+// How close kernels and collectives get to the peaks, by kind. Measured where a measurement is
+// cited in the file's doc, otherwise explicit assumptions; a calibration file refines them.
+struct EfficiencySpec {
+  EfficiencyCurve gemm;              // x = min(m, n, k)
+  EfficiencyCurve grouped_gemm;      // x = rows per group (tokens per expert)
+  EfficiencyCurve attention;         // dense and sparse flash attention, the DSA indexer; x = query tokens
+  EfficiencyCurve linear_attention;  // KDA kernels; x = tokens
+  double memory = 0.85;              // fraction of HBM bandwidth memory-bound kernels reach
+  double host_copy = 0.9;            // fraction of the host-memory bandwidth copies reach
+  double collective = 0.75;          // bus bandwidth of a large collective / port (or NIC) bandwidth
+  double overlap_slowdown = 0.1;     // compute runs this much slower while communication overlaps it
+};
+
 struct HardwareSpec {
   std::string name;
   std::string doc;
@@ -88,6 +110,7 @@ struct HardwareSpec {
   int64_t devices_per_node = 0;
   std::optional<int64_t> max_devices;  // absent: any number of nodes (through scale_out)
   FabricSpec fabric;
+  EfficiencySpec efficiency;
   std::optional<std::string> calibration;  // path relative to the hardware file
 };
 

@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: MIT
+// CostModel: how long each op takes alone on its device, from the hardware file.
+//
+// Kernels: a roofline with efficiencies, plus the launch overhead:
+//   t = max(flops / (peak[dtype] * eff_kind(size)), bytes / (hbm_bandwidth * eff_memory)) + launch
+// where eff_kind is the hardware file's curve max * x / (x + half_at) for the op's kind and size
+// measure (GEMMs: min(m, n, k); grouped GEMMs: rows per expert; attention: query rows). Host
+// copies: latency + bytes / (host bandwidth * eff_copy).
+//
+// Collectives (alone, no contention): latency terms plus the bytes each rank puts on the wire over
+// the bandwidth it reaches, for the algorithm NCCL would pick:
+//   ring all-gather / reduce-scatter   (n-1) a + (n-1)/n S / B
+//   ring all-reduce                    2(n-1) a + 2(n-1)/n S / B
+//   tree all-reduce                    2 log2(n) a + 2 S / B          (chosen when faster: small S)
+//   direct all-to-all                  a + (n-1)/n S / B
+//   hierarchical (group over k domains of m devices): the scale-up phases on B_up, the scale-out
+//   phase on the NIC bandwidth with S/m per rank, e.g. all-reduce = RS(m) + AR(k, S/m) + AG(m).
+// S is nccl-tests' size, B = port (or NIC) bandwidth x the collective efficiency, a the fabric's
+// latency. algbw = S / t and busbw = algbw x (2(n-1)/n for all-reduce, (n-1)/n otherwise), as
+// nccl-tests defines them. The engine uses the split into latency and wire bytes to share links.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "graph/op.hpp"
+#include "hardware/hardware_spec.hpp"
+
+namespace moesim {
+
+enum class CollectiveAlgorithm : uint8_t { ring, tree, direct, hierarchical, p2p };
+
+// Where a group's members sit on the fabric.
+struct GroupPlacement {
+  int64_t size = 1;
+  int64_t num_domains = 1;         // scale-up domains spanned
+  int64_t max_per_domain = 1;      // members in the fullest domain
+};
+
+struct CollectiveCost {
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring;
+  double latency_s = 0;       // fixed part
+  double up_bytes = 0;        // bytes each member sends over its scale-up port
+  double out_bytes = 0;       // bytes each member sends over its NIC(s)
+  double up_bandwidth = 0;    // per member, achievable (port x efficiency)
+  double out_bandwidth = 0;
+  double seconds() const;     // alone: latency, then the scale-up and scale-out phases in sequence
+};
+
+class CostModel {
+ public:
+  explicit CostModel(const HardwareSpec& hardware);
+
+  // A kernel or host copy alone on one device. `rows_scale` scales the op's work for the
+  // rows a rank actually processes (sampled routing) against the expected rows the op holds.
+  double kernel_seconds(const Op& op, double rows_scale = 1.0) const;
+  // A collective or point-to-point op over a group placed as given, with `bytes` in nccl-tests'
+  // convention (op.comm_bytes, or a sampled value for all-to-all-v).
+  CollectiveCost collective(OpKind kind, double bytes, const GroupPlacement& group) const;
+  // nccl-tests' bus bandwidth factor of a collective over n ranks.
+  static double bus_factor(OpKind kind, int64_t n);
+
+  const HardwareSpec& hardware() const { return hw_; }
+
+ private:
+  double efficiency(const Op& op, double rows_scale) const;
+  double peak(Dtype dtype) const;
+
+  const HardwareSpec& hw_;
+};
+
+template <>
+struct EnumNames<CollectiveAlgorithm> {
+  static constexpr std::array<std::pair<std::string_view, CollectiveAlgorithm>, 5> names{{
+      {"ring", CollectiveAlgorithm::ring},
+      {"tree", CollectiveAlgorithm::tree},
+      {"direct", CollectiveAlgorithm::direct},
+      {"hierarchical", CollectiveAlgorithm::hierarchical},
+      {"p2p", CollectiveAlgorithm::p2p},
+  }};
+};
+
+}  // namespace moesim

@@ -1,0 +1,492 @@
+// SPDX-License-Identifier: MIT
+#include "engine/engine.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <queue>
+#include <unordered_map>
+
+namespace moesim {
+namespace {
+
+Picoseconds to_ps(double seconds) { return static_cast<Picoseconds>(std::llround(seconds * 1e12)); }
+
+// Queues: compute, copy, then one per process-group kind for communication.
+constexpr int kNumQueues = 2 + kNumGroupKinds;
+int queue_of(const Op& op) {
+  if (op.stream == Stream::copy) return 1;
+  if (op.stream == Stream::comm && is_communication(op.kind)) return 2 + static_cast<int>(op.group);
+  return 0;
+}
+
+// Per program: successors (explicit dependents and the next op on the same queue) and the number
+// of predecessors of each op; the k-th collective of each group kind gets k as its match index.
+struct ProgramIndex {
+  std::vector<uint32_t> succ_begin;
+  std::vector<uint32_t> succ;
+  std::vector<int32_t> num_preds;
+  std::vector<int32_t> match;
+
+  explicit ProgramIndex(const Program& p) {
+    const size_t n = p.ops.size();
+    std::vector<std::vector<uint32_t>> out(n);
+    num_preds.assign(n, 0);
+    match.assign(n, -1);
+    std::array<int64_t, kNumQueues> last{};
+    last.fill(-1);
+    std::array<int32_t, kNumGroupKinds> collectives{};
+    for (size_t i = 0; i < n; ++i) {
+      const Op& op = p.ops[i];
+      const int q = queue_of(op);
+      if (last[static_cast<size_t>(q)] >= 0) {
+        out[static_cast<size_t>(last[static_cast<size_t>(q)])].push_back(static_cast<uint32_t>(i));
+        ++num_preds[i];
+      }
+      last[static_cast<size_t>(q)] = static_cast<int64_t>(i);
+      for (uint32_t d : p.deps_of(op)) {
+        out[d].push_back(static_cast<uint32_t>(i));
+        ++num_preds[i];
+      }
+      if (is_collective(op.kind)) match[i] = collectives[static_cast<size_t>(op.group)]++;
+    }
+    succ_begin.assign(n + 1, 0);
+    for (size_t i = 0; i < n; ++i) succ_begin[i + 1] = succ_begin[i] + static_cast<uint32_t>(out[i].size());
+    succ.reserve(succ_begin[n]);
+    for (const auto& v : out) succ.insert(succ.end(), v.begin(), v.end());
+  }
+};
+
+enum class EventKind : uint8_t { op_done, transfer_start, flow_done };
+
+struct Event {
+  Picoseconds time;
+  uint64_t seq;
+  EventKind kind;
+  int32_t rank;
+  uint32_t id;        // op index, or flow index
+  uint64_t version;   // flow_done: stale when the flow's version moved on
+
+  bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
+};
+
+// A transfer between members: one flow that occupies each member's port.
+struct Flow {
+  bool active = false;
+  double remaining = 0;  // seconds at full rate
+  double rate = 0;       // fraction of full rate
+  Picoseconds updated = 0;
+  uint64_t version = 0;
+  std::vector<int32_t> ports;
+  std::vector<std::pair<int32_t, uint32_t>> members;  // (rank, op) completed when the flow ends
+};
+
+// Routing of one MoE layer's micro-batch over one EP group, shared by its dispatch, combine and
+// their backward (the same tokens travel).
+struct RoutingSample {
+  std::vector<double> wire_bytes;     // per member: max(sent, received) off the rank
+  std::vector<double> received_rows;  // per member: assignments its experts process
+};
+
+}  // namespace
+
+struct Engine::Impl {
+  const StepGraph& g;
+  const CostModel& cost;
+  std::vector<ProgramIndex> index;
+  int64_t num_ranks;
+  int64_t domain_size;
+  std::array<GroupPlacement, kNumGroupKinds> placement{};
+
+  Impl(const StepGraph& graph, const CostModel& c) : g(graph), cost(c) {
+    for (const Program& p : g.programs) index.emplace_back(p);
+    num_ranks = g.plan.num_ranks();
+    domain_size = cost.hardware().fabric.scale_up.domain_size;
+    for (const auto& [name, kind] : EnumNames<GroupKind>::names) {
+      const auto members = g.plan.members(0, kind);
+      std::map<int64_t, int64_t> per_domain;
+      for (int64_t m : members) ++per_domain[m / domain_size];
+      GroupPlacement gp;
+      gp.size = static_cast<int64_t>(members.size());
+      gp.num_domains = static_cast<int64_t>(per_domain.size());
+      for (const auto& [d, n] : per_domain) gp.max_per_domain = std::max(gp.max_per_domain, n);
+      placement[static_cast<size_t>(kind)] = gp;
+    }
+  }
+
+  // ---- per-run state ----
+  EngineOptions opt;
+  StepResult result;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
+  uint64_t next_seq = 0;
+  std::vector<std::vector<int32_t>> remaining;  // per rank, per op
+  std::vector<std::vector<Picoseconds>> started;
+  std::vector<std::vector<Picoseconds>> ended;
+  std::vector<int32_t> comm_in_flight;
+  std::vector<double> hbm, ddr;
+  std::vector<std::array<Picoseconds, kNumOpKinds>> busy;
+  struct Instance {
+    int32_t arrived = 0;
+    std::vector<std::pair<int32_t, uint32_t>> members;
+  };
+  std::map<std::tuple<int, int64_t, int32_t>, Instance> instances;
+  // Point-to-point: the n-th message of a (group kind, sender, receiver) pairs the n-th send with
+  // the n-th receive.
+  std::map<std::tuple<int, int64_t, int64_t, int64_t>, std::vector<std::pair<int32_t, uint32_t>>> p2p_waiting;
+  std::map<std::tuple<int, int64_t, int64_t>, int64_t> p2p_count;
+  std::vector<Flow> flows;
+  std::vector<uint32_t> free_flows;
+  std::vector<double> port_capacity;
+  std::vector<int32_t> port_unfixed;
+  std::map<std::tuple<int32_t, int32_t, int64_t>, RoutingSample> routing;  // (layer, micro, group id)
+
+  void schedule(Picoseconds t, EventKind kind, int32_t rank, uint32_t id, uint64_t version = 0) {
+    events.push(Event{t, next_seq++, kind, rank, id, version});
+  }
+
+  const Program& program_of(int32_t rank) const { return g.programs[static_cast<size_t>(g.plan.program_of(rank))]; }
+
+  void apply_effects(int32_t rank, const Op& op, bool at_start, Picoseconds t, uint32_t op_index) {
+    const Program& p = program_of(rank);
+    auto& h = hbm[static_cast<size_t>(rank)];
+    auto& d = ddr[static_cast<size_t>(rank)];
+    for (const MemEffect& e : p.effects_of(op)) {
+      const double bytes = p.buffers[e.buffer].bytes;
+      switch (e.action) {
+        case MemAction::alloc: if (at_start) h += bytes; break;
+        case MemAction::free: if (!at_start) h -= bytes; break;
+        case MemAction::to_host: (at_start ? d : h) += at_start ? bytes : -bytes; break;
+        case MemAction::to_device: (at_start ? h : d) += at_start ? bytes : -bytes; break;
+      }
+    }
+    RankMemory& m = result.memory[static_cast<size_t>(rank)];
+    if (h > m.peak_hbm_bytes) {
+      m.peak_hbm_bytes = h;
+      m.peak_time = t;
+      m.peak_op = op_index;
+    }
+    m.peak_ddr_bytes = std::max(m.peak_ddr_bytes, d);
+    m.min_hbm_bytes = std::min(m.min_hbm_bytes, h);
+    if (opt.record_timeline && rank < opt.record_memory_ranks) {
+      result.timeline.memory.push_back(MemorySample{rank, t, h, d});
+    }
+  }
+
+  double rows_scale(int32_t rank, const Op& op) const {
+    if (op.routing_layer < 0 || !g.routing || (op.kind != OpKind::grouped_gemm && op.kind != OpKind::lora_gemm)) return 1.0;
+    const int64_t gid = g.plan.group_id(rank, GroupKind::ep);
+    auto it = routing.find({op.routing_layer, op.micro, gid});
+    if (it == routing.end()) return 1.0;
+    const double expected = static_cast<double>(g.tokens_per_micro_batch * g.routing->top_k());
+    return it->second.received_rows[static_cast<size_t>(g.plan.group_rank(rank, GroupKind::ep))] / expected;
+  }
+
+  const RoutingSample& sample_routing(int32_t layer, int32_t micro, int32_t rank, double per_assignment_bytes) {
+    const int64_t gid = g.plan.group_id(rank, GroupKind::ep);
+    auto [it, inserted] = routing.try_emplace({layer, micro, gid});
+    if (!inserted) return it->second;
+    const int64_t n = g.plan.group_size(GroupKind::ep);
+    RoutingSample& s = it->second;
+    s.wire_bytes.assign(static_cast<size_t>(n), 0);
+    s.received_rows.assign(static_cast<size_t>(n), 0);
+    std::vector<double> received_bytes(static_cast<size_t>(n), 0);
+    std::vector<int64_t> counts(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t member = g.plan.member(rank, GroupKind::ep, i);
+      g.routing->sample_send_counts(opt.step, layer, micro, member, g.tokens_per_micro_batch, counts);
+      double sent = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        const double c = static_cast<double>(counts[static_cast<size_t>(j)]);
+        s.received_rows[static_cast<size_t>(j)] += c;
+        if (j != i) {
+          sent += c * per_assignment_bytes;
+          received_bytes[static_cast<size_t>(j)] += c * per_assignment_bytes;
+        }
+      }
+      s.wire_bytes[static_cast<size_t>(i)] = sent;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      s.wire_bytes[static_cast<size_t>(i)] = std::max(s.wire_bytes[static_cast<size_t>(i)], received_bytes[static_cast<size_t>(i)]);
+    }
+    return s;
+  }
+
+  void finish_op(int32_t rank, uint32_t op_index, Picoseconds t) {
+    const Program& p = program_of(rank);
+    const Op& op = p.ops[op_index];
+    apply_effects(rank, op, false, t, op_index);
+    const Picoseconds start = started[static_cast<size_t>(rank)][op_index];
+    ended[static_cast<size_t>(rank)][op_index] = t;
+    busy[static_cast<size_t>(rank)][static_cast<size_t>(op.kind)] += t - start;
+    if (is_communication(op.kind)) --comm_in_flight[static_cast<size_t>(rank)];
+    if (opt.record_timeline) {
+      result.timeline.records.push_back(
+          ExecRecord{rank, static_cast<int32_t>(p.stage), op_index, op.stream, start, t});
+    }
+    auto& rem = remaining[static_cast<size_t>(rank)];
+    const ProgramIndex& ix = index[static_cast<size_t>(p.stage)];
+    for (uint32_t k = ix.succ_begin[op_index]; k < ix.succ_begin[op_index + 1]; ++k) {
+      const uint32_t s = ix.succ[k];
+      if (--rem[s] == 0) start_op(rank, s, t);
+    }
+    result.rank_end[static_cast<size_t>(rank)] = std::max(result.rank_end[static_cast<size_t>(rank)], t);
+  }
+
+  void start_op(int32_t rank, uint32_t op_index, Picoseconds t) {
+    const Program& p = program_of(rank);
+    const Op& op = p.ops[op_index];
+    started[static_cast<size_t>(rank)][op_index] = t;
+    apply_effects(rank, op, true, t, op_index);
+    if (!is_communication(op.kind)) {
+      double seconds = cost.kernel_seconds(op, rows_scale(rank, op));
+      if (!opt.rank_speed.empty()) seconds *= opt.rank_speed[static_cast<size_t>(rank)];
+      if (op.stream == Stream::compute && comm_in_flight[static_cast<size_t>(rank)] > 0) {
+        seconds *= 1 + cost.hardware().efficiency.overlap_slowdown;
+      }
+      schedule(t + to_ps(seconds), EventKind::op_done, rank, op_index);
+      return;
+    }
+    ++comm_in_flight[static_cast<size_t>(rank)];
+    if (is_p2p(op.kind)) {
+      start_p2p(rank, op_index, op, t);
+      return;
+    }
+    const int64_t gid = g.plan.group_id(rank, op.group);
+    const int32_t match = index[static_cast<size_t>(p.stage)].match[op_index];
+    Instance& inst = instances[{static_cast<int>(op.group), gid, match}];
+    inst.members.emplace_back(rank, op_index);
+    if (++inst.arrived < g.plan.group_size(op.group)) return;
+    // Everyone is here: the transfer starts after its latency.
+    const GroupPlacement& gp = placement[static_cast<size_t>(op.group)];
+    double bytes = op.comm_bytes;
+    if (op.kind == OpKind::all_to_all && g.routing && op.routing_layer >= 0 && gp.size > 1) {
+      const double assignments = static_cast<double>(g.tokens_per_micro_batch * g.routing->top_k());
+      const RoutingSample& s = sample_routing(op.routing_layer, op.micro, rank, op.comm_bytes / assignments);
+      const double worst = *std::max_element(s.wire_bytes.begin(), s.wire_bytes.end());
+      bytes = worst * static_cast<double>(gp.size) / static_cast<double>(gp.size - 1);
+    }
+    const CollectiveCost c = cost.collective(op.kind, bytes, gp);
+    launch_flow(std::move(inst.members), c, t, gp.size > 1);
+    instances.erase({static_cast<int>(op.group), gid, match});
+  }
+
+  void start_p2p(int32_t rank, uint32_t op_index, const Op& op, Picoseconds t) {
+    const int64_t me = g.plan.group_rank(rank, op.group);
+    const int64_t peer_index = me + op.peer_offset;
+    if (peer_index < 0 || peer_index >= g.plan.group_size(op.group)) {
+      schedule(t, EventKind::op_done, rank, op_index);  // the first or last member: nothing to exchange
+      return;
+    }
+    const int64_t peer = g.plan.member(rank, op.group, peer_index);
+    const int64_t sender = op.kind == OpKind::send ? rank : peer;
+    const int64_t receiver = op.kind == OpKind::send ? peer : rank;
+    const int side = op.kind == OpKind::send ? 1 : 0;
+    const int64_t nth = p2p_count[{static_cast<int>(op.group) * 2 + side, sender, receiver}]++;
+    const std::tuple<int, int64_t, int64_t, int64_t> key{static_cast<int>(op.group), sender, receiver, nth};
+    auto& waiting = p2p_waiting[key];
+    waiting.emplace_back(rank, op_index);
+    if (waiting.size() < 2) return;
+    GroupPlacement gp{2, sender / domain_size == receiver / domain_size ? 1 : 2, 1};
+    const CollectiveCost c = cost.collective(OpKind::send, op.comm_bytes, gp);
+    launch_flow(std::move(waiting), c, t, true);
+    p2p_waiting.erase(key);
+  }
+
+  void launch_flow(std::vector<std::pair<int32_t, uint32_t>> members, const CollectiveCost& c, Picoseconds t,
+                   bool uses_fabric) {
+    uint32_t id;
+    if (!free_flows.empty()) {
+      id = free_flows.back();
+      free_flows.pop_back();
+    } else {
+      id = static_cast<uint32_t>(flows.size());
+      flows.emplace_back();
+    }
+    Flow& f = flows[id];
+    f = Flow{};
+    f.members = std::move(members);
+    const double up_s = c.up_bytes > 0 ? c.up_bytes / c.up_bandwidth : 0;
+    const double out_s = c.out_bytes > 0 ? c.out_bytes / c.out_bandwidth : 0;
+    f.remaining = up_s + out_s;
+    if (uses_fabric && f.remaining > 0) {
+      const int port = out_s > up_s ? 1 : 0;  // the phase that dominates decides the port shared
+      for (const auto& [rank, op] : f.members) f.ports.push_back(rank * 2 + port);
+    }
+    schedule(t + to_ps(c.latency_s), EventKind::transfer_start, 0, id);
+  }
+
+  void update_progress(Picoseconds t) {
+    for (Flow& f : flows) {
+      if (!f.active) continue;
+      f.remaining -= f.rate * static_cast<double>(t - f.updated) * 1e-12;
+      f.remaining = std::max(f.remaining, 0.0);
+      f.updated = t;
+    }
+  }
+
+  // Max-min fair rates by progressive filling (see engine.hpp), then the new finish times.
+  void reshare(Picoseconds t) {
+    std::vector<uint32_t> active;
+    for (uint32_t i = 0; i < flows.size(); ++i) {
+      if (flows[i].active) active.push_back(i);
+    }
+    std::vector<int32_t> touched;
+    for (uint32_t i : active) {
+      flows[i].rate = -1;  // unfixed
+      for (int32_t port : flows[i].ports) {
+        if (port_unfixed[static_cast<size_t>(port)] == 0) {
+          touched.push_back(port);
+          port_capacity[static_cast<size_t>(port)] = 1.0;
+        }
+        ++port_unfixed[static_cast<size_t>(port)];
+      }
+      if (flows[i].ports.empty()) flows[i].rate = 1.0;
+    }
+    while (true) {
+      int32_t best = -1;
+      double share = std::numeric_limits<double>::infinity();
+      for (int32_t port : touched) {
+        const int32_t n = port_unfixed[static_cast<size_t>(port)];
+        if (n > 0 && port_capacity[static_cast<size_t>(port)] / n < share) {
+          share = port_capacity[static_cast<size_t>(port)] / n;
+          best = port;
+        }
+      }
+      if (best < 0) break;
+      for (uint32_t i : active) {
+        Flow& f = flows[i];
+        if (f.rate >= 0 || std::find(f.ports.begin(), f.ports.end(), best) == f.ports.end()) continue;
+        f.rate = std::max(share, 1e-9);
+        for (int32_t port : f.ports) {
+          port_capacity[static_cast<size_t>(port)] -= share;
+          --port_unfixed[static_cast<size_t>(port)];
+        }
+      }
+    }
+    for (int32_t port : touched) port_unfixed[static_cast<size_t>(port)] = 0;
+    for (uint32_t i : active) {
+      Flow& f = flows[i];
+      ++f.version;
+      schedule(t + to_ps(f.remaining / f.rate), EventKind::flow_done, 0, i, f.version);
+    }
+  }
+
+  StepResult run(const EngineOptions& options) {
+    opt = options;
+    result = StepResult{};
+    result.rank_end.assign(static_cast<size_t>(num_ranks), 0);
+    result.memory.assign(static_cast<size_t>(num_ranks), RankMemory{});
+    remaining.assign(static_cast<size_t>(num_ranks), {});
+    started.assign(static_cast<size_t>(num_ranks), {});
+    ended.assign(static_cast<size_t>(num_ranks), {});
+    comm_in_flight.assign(static_cast<size_t>(num_ranks), 0);
+    hbm.assign(static_cast<size_t>(num_ranks), 0);
+    ddr.assign(static_cast<size_t>(num_ranks), 0);
+    busy.assign(static_cast<size_t>(num_ranks), {});
+    instances.clear();
+    p2p_waiting.clear();
+    p2p_count.clear();
+    flows.clear();
+    free_flows.clear();
+    routing.clear();
+    port_capacity.assign(static_cast<size_t>(num_ranks * 2), 1.0);
+    port_unfixed.assign(static_cast<size_t>(num_ranks * 2), 0);
+    for (int32_t r = 0; r < num_ranks; ++r) {
+      const Program& p = program_of(r);
+      const double persistent = p.persistent.total();
+      hbm[static_cast<size_t>(r)] = persistent;
+      result.memory[static_cast<size_t>(r)].persistent_bytes = persistent;
+      result.memory[static_cast<size_t>(r)].peak_hbm_bytes = persistent;
+      result.memory[static_cast<size_t>(r)].min_hbm_bytes = persistent;
+      remaining[static_cast<size_t>(r)] = index[static_cast<size_t>(p.stage)].num_preds;
+      started[static_cast<size_t>(r)].assign(p.ops.size(), 0);
+      ended[static_cast<size_t>(r)].assign(p.ops.size(), 0);
+    }
+    for (int32_t r = 0; r < num_ranks; ++r) {
+      const auto& rem = remaining[static_cast<size_t>(r)];
+      for (uint32_t i = 0; i < rem.size(); ++i) {
+        if (rem[i] == 0) start_op(r, i, 0);
+      }
+    }
+    while (!events.empty()) {
+      const Event e = events.top();
+      events.pop();
+      ++result.num_events;
+      switch (e.kind) {
+        case EventKind::op_done: finish_op(e.rank, e.id, e.time); break;
+        case EventKind::transfer_start: {
+          update_progress(e.time);
+          Flow& f = flows[e.id];
+          f.active = true;
+          f.updated = e.time;
+          reshare(e.time);
+          break;
+        }
+        case EventKind::flow_done: {
+          Flow& f = flows[e.id];
+          if (!f.active || e.version != f.version) break;  // rescheduled since
+          update_progress(e.time);
+          f.active = false;
+          auto members = std::move(f.members);
+          free_flows.push_back(e.id);
+          reshare(e.time);
+          for (const auto& [rank, op] : members) finish_op(rank, op, e.time);
+          break;
+        }
+      }
+    }
+    Picoseconds end = 0;
+    for (int32_t r = 0; r < num_ranks; ++r) {
+      if (result.rank_end[static_cast<size_t>(r)] > end) {
+        end = result.rank_end[static_cast<size_t>(r)];
+        result.slowest_rank = r;
+      }
+      result.memory[static_cast<size_t>(r)].final_hbm_bytes = hbm[static_cast<size_t>(r)];
+    }
+    result.step_time = end;
+    result.timeline.step_end = end;
+    const auto& b = busy[static_cast<size_t>(result.slowest_rank)];
+    for (const auto& [name, kind] : EnumNames<OpKind>::names) {
+      const Picoseconds v = b[static_cast<size_t>(kind)];
+      if (v == 0) continue;
+      if (is_communication(kind)) {
+        result.comm_busy.emplace_back(kind, v);
+      } else {
+        result.compute_busy.emplace_back(kind, v);
+        if (kind != OpKind::swap_in && kind != OpKind::swap_out) result.compute_busy_total += v;
+      }
+    }
+    {
+      // Where the slowest rank's time went, by op name.
+      const Program& p = program_of(result.slowest_rank);
+      const auto& st = started[static_cast<size_t>(result.slowest_rank)];
+      const auto& en = ended[static_cast<size_t>(result.slowest_rank)];
+      // Op names start with their unit ("layer12."); layers of one kind add up under one name.
+      std::unordered_map<std::string, Picoseconds> by_name;
+      for (uint32_t i = 0; i < p.ops.size(); ++i) {
+        const std::string& name = p.names[p.ops[i].name];
+        const size_t dot = name.find('.');
+        const bool layer = name.starts_with("layer") && dot != std::string::npos;
+        by_name[layer ? "layer*" + name.substr(dot) : name] += en[i] - st[i];
+      }
+      for (const auto& [name, t] : by_name) result.top_ops.emplace_back(name, t);
+      std::sort(result.top_ops.begin(), result.top_ops.end(), [](const auto& a, const auto& b) {
+        return a.second != b.second ? a.second > b.second : a.first < b.first;
+      });
+      if (result.top_ops.size() > 12) result.top_ops.resize(12);
+    }
+    if (opt.record_timeline) {
+      std::sort(result.timeline.records.begin(), result.timeline.records.end(), [](const ExecRecord& a, const ExecRecord& c) {
+        return std::tie(a.start, a.rank, a.stream, a.op) < std::tie(c.start, c.rank, c.stream, c.op);
+      });
+    }
+    return std::move(result);
+  }
+};
+
+Engine::Engine(const StepGraph& graph, const CostModel& cost) : impl_(std::make_unique<Impl>(graph, cost)) {}
+Engine::~Engine() = default;
+StepResult Engine::run(const EngineOptions& options) { return impl_->run(options); }
+
+}  // namespace moesim

@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: MIT
+// The discrete-event engine: runs every rank's program of a StepGraph on the machine the cost
+// model describes, and reports when each op ran and how much memory each rank held.
+//
+// Time is integer picoseconds; the queue is a binary heap on (time, sequence), so events at the
+// same time run in the order they were scheduled and every run is deterministic.
+//
+// Execution rules (the contract of program.hpp, with communicators made explicit):
+//   - compute ops run in order on the compute queue, host copies on the copy queue, and
+//     communication on one queue per process-group kind (one NCCL communicator and stream each),
+//     so an FSDP all-gather, an EP all-to-all and a swap copy can overlap one another;
+//   - an op starts when the op before it on its queue and its explicit dependencies are done;
+//   - a collective starts when every member of its group has reached it (the k-th collective of a
+//     group kind on each member), a send when its receive is posted and vice versa;
+//   - after its latency, a transfer is a flow that occupies the fabric port (scale-up or NIC) of
+//     every member. Ports are shared max-min among the flows crossing them, recomputed whenever a
+//     flow starts or ends:  each port has capacity 1 (its full bandwidth); repeatedly, the port
+//     with the smallest fair share c_p / n_p (remaining capacity over unfixed flows) fixes its
+//     flows at that share, which is subtracted from every other port they cross. A flow alone
+//     runs at rate 1 and takes the cost model's transfer time; two flows on one port take twice
+//     as long each; no port is ever over capacity, and none is idle while a flow crossing it could
+//     go faster;
+//   - compute started while a collective of the rank is in flight runs slower by the hardware's
+//     overlap_slowdown; a rank's speed factor (a straggler) stretches its kernels;
+//   - memory effects apply at an op's start (allocations, swap-in) and end (frees, swap-out).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cost/cost_model.hpp"
+#include "engine/timeline.hpp"
+#include "graph/step_graph.hpp"
+
+namespace moesim {
+
+struct EngineOptions {
+  int64_t step = 0;                   // routing sample index
+  bool record_timeline = false;       // keep every op execution (for traces)
+  int64_t record_memory_ranks = 1;    // memory samples for the first N ranks (when recording)
+  std::vector<double> rank_speed;     // per-rank slowdown factors (1 = nominal); empty: all 1
+};
+
+struct RankMemory {
+  double peak_hbm_bytes = 0;
+  double peak_ddr_bytes = 0;
+  double persistent_bytes = 0;
+  Picoseconds peak_time = 0;
+  uint32_t peak_op = 0;   // op after whose effects the HBM peak was reached
+  double final_hbm_bytes = 0;
+  double min_hbm_bytes = 0;  // never below persistent if effects balance
+};
+
+struct StepResult {
+  Picoseconds step_time = 0;
+  std::vector<Picoseconds> rank_end;
+  std::vector<RankMemory> memory;     // per rank
+  Timeline timeline;                  // when recorded
+  int64_t num_events = 0;
+  int32_t slowest_rank = 0;
+  // The slowest rank's busy time per queue and op kind (ps).
+  std::vector<std::pair<OpKind, Picoseconds>> compute_busy;  // by kind
+  Picoseconds compute_busy_total = 0;
+  std::vector<std::pair<OpKind, Picoseconds>> comm_busy;     // by kind, summed over the rank's queues
+  // The slowest rank's ops with the most time, by op name (summed over micro-batches): where the
+  // step goes.
+  std::vector<std::pair<std::string, Picoseconds>> top_ops;
+};
+
+class Engine {
+ public:
+  Engine(const StepGraph& graph, const CostModel& cost);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  StepResult run(const EngineOptions& options);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace moesim

@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: MIT
+// Timeline: what a simulation (or a GPU run) did, op by op, for reports and traces.
+// Times are integer picoseconds from the start of the step.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "graph/op.hpp"
+
+namespace moesim {
+
+using Picoseconds = int64_t;
+
+// One op execution on one rank.
+struct ExecRecord {
+  int32_t rank = 0;
+  int32_t program = 0;   // index into StepGraph::programs
+  uint32_t op = 0;       // index into that program's ops
+  Stream stream = Stream::compute;
+  Picoseconds start = 0;
+  Picoseconds end = 0;
+};
+
+// Memory in use on one rank right after an op's effects, per tier.
+struct MemorySample {
+  int32_t rank = 0;
+  Picoseconds time = 0;
+  double hbm_bytes = 0;  // persistent state included
+  double ddr_bytes = 0;
+};
+
+struct Timeline {
+  std::vector<ExecRecord> records;        // ordered by start time, then rank, then stream
+  std::vector<MemorySample> memory;       // ordered by rank, then time
+  Picoseconds step_end = 0;
+};
+
+}  // namespace moesim

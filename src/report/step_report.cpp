@@ -1,0 +1,193 @@
+// SPDX-License-Identifier: MIT
+#include "report/step_report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/units.hpp"
+
+namespace moesim {
+namespace {
+
+double ps_to_s(Picoseconds t) { return static_cast<double>(t) * 1e-12; }
+
+// Nearest-rank percentile of sorted values.
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  const auto rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
+  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
+}
+
+std::string category(OpKind k) {
+  switch (k) {
+    case OpKind::gemm:
+    case OpKind::lora_gemm:
+    case OpKind::router: return "gemm";
+    case OpKind::grouped_gemm: return "grouped_gemm";
+    case OpKind::flash_attention:
+    case OpKind::sparse_attention:
+    case OpKind::dsa_indexer:
+    case OpKind::indexer_score:
+    case OpKind::topk:
+    case OpKind::kv_gather: return "attention";
+    case OpKind::kda:
+    case OpKind::kda_gate_cumsum:
+    case OpKind::kda_intra_chunk:
+    case OpKind::kda_inter_chunk:
+    case OpKind::kda_output:
+    case OpKind::kda_state_correction:
+    case OpKind::short_conv: return "linear_attention";
+    case OpKind::cross_entropy:
+    case OpKind::cce_loss: return "loss";
+    case OpKind::optimizer:
+    case OpKind::grad_accumulate: return "optimizer";
+    case OpKind::permute:
+    case OpKind::unpermute: return "permute";
+    default: return "elementwise";
+  }
+}
+
+}  // namespace
+
+StepReport make_step_report(const Scenario& s, const StepGraph& g, const GraphStats& stats,
+                            const std::vector<StepResult>& steps, double sim_wall_s) {
+  StepReport r;
+  r.scenario = s.spec.name;
+  r.model = s.model.name;
+  r.hardware = s.hardware.name;
+  r.num_devices = g.plan.num_ranks();
+  r.num_sampled_steps = static_cast<int64_t>(steps.size());
+  r.tokens_per_step = g.tokens_per_step;
+  for (const StepResult& st : steps) r.step_times_s.push_back(ps_to_s(st.step_time));
+  double sum = 0;
+  for (double t : r.step_times_s) sum += t;
+  r.step_time_s = sum / static_cast<double>(r.step_times_s.size());
+  r.step_time_p50_s = percentile(r.step_times_s, 50);
+  r.step_time_p99_s = percentile(r.step_times_s, 99);
+  r.tokens_per_s = static_cast<double>(r.tokens_per_step) / r.step_time_s;
+  r.model_flops_per_step = stats.model_flops_per_step;
+  r.flops_per_step = stats.flops_per_step;
+  const auto peak = s.hardware.device.peak_flops.of(s.spec.training.precision.compute);
+  r.peak_flops_per_device = peak ? peak->value : s.hardware.device.peak_flops.bf16.value;
+  const double capacity = r.step_time_s * static_cast<double>(r.num_devices) * r.peak_flops_per_device;
+  r.mfu = r.model_flops_per_step / capacity;
+  r.hfu = r.flops_per_step / capacity;
+  r.hbm_capacity_bytes = s.hardware.device.hbm_capacity.value;
+  r.ddr_capacity_bytes = s.hardware.device.host_memory.capacity_per_device.value;
+  for (const StepResult& st : steps) {
+    for (size_t rank = 0; rank < st.memory.size(); ++rank) {
+      const RankMemory& m = st.memory[rank];
+      r.peak_ddr_bytes = std::max(r.peak_ddr_bytes, m.peak_ddr_bytes);
+      if (m.peak_hbm_bytes <= r.peak_hbm_bytes) continue;
+      r.peak_hbm_bytes = m.peak_hbm_bytes;
+      r.peak_rank = static_cast<int32_t>(rank);
+      r.persistent_bytes = m.persistent_bytes;
+      r.peak_time_s = ps_to_s(m.peak_time);
+      const Program& p = g.programs[static_cast<size_t>(g.plan.program_of(static_cast<int64_t>(rank)))];
+      r.peak_op = p.name_of(p.ops[m.peak_op]);
+    }
+  }
+  r.fits = r.peak_hbm_bytes <= r.hbm_capacity_bytes && r.peak_ddr_bytes <= r.ddr_capacity_bytes;
+  const StepResult& first = steps.front();
+  std::map<std::string, double> compute;
+  for (const auto& [kind, t] : first.compute_busy) {
+    if (kind == OpKind::swap_in || kind == OpKind::swap_out) {
+      r.swap_s += ps_to_s(t);
+    } else {
+      compute[category(kind)] += ps_to_s(t);
+    }
+  }
+  r.compute_s.assign(compute.begin(), compute.end());
+  for (const auto& [kind, t] : first.comm_busy) r.communication_s.emplace_back(std::string(enum_name(kind)), ps_to_s(t));
+  r.exposed_s = std::max(0.0, ps_to_s(first.step_time - first.compute_busy_total));
+  for (const auto& [name, t] : first.top_ops) r.top_ops_s.emplace_back(name, ps_to_s(t));
+  r.sim_wall_s = sim_wall_s;
+  for (const StepResult& st : steps) r.num_events += st.num_events;
+  return r;
+}
+
+std::string step_report_text(const StepReport& r) {
+  std::ostringstream out;
+  char line[256];
+  out << r.scenario << ": " << r.model << " on " << r.num_devices << " x " << r.hardware << "\n";
+  std::snprintf(line, sizeof line, "  step time         %.3f s mean, %.3f s P50, %.3f s P99 over %lld sampled step(s)\n",
+                r.step_time_s, r.step_time_p50_s, r.step_time_p99_s, static_cast<long long>(r.num_sampled_steps));
+  out << line;
+  std::snprintf(line, sizeof line, "  throughput        %.4g tokens/s (%.4g tokens per step)\n", r.tokens_per_s,
+                static_cast<double>(r.tokens_per_step));
+  out << line;
+  std::snprintf(line, sizeof line, "  MFU               %.1f%%   (HFU %.1f%%, peak %s per device)\n", 100 * r.mfu,
+                100 * r.hfu, format_quantity(r.peak_flops_per_device, Dimension::flops_per_s).c_str());
+  out << line;
+  out << "  memory            peak HBM " << format_quantity(r.peak_hbm_bytes, Dimension::bytes) << " of "
+      << format_quantity(r.hbm_capacity_bytes, Dimension::bytes) << " (rank " << r.peak_rank << ", at " << r.peak_op
+      << "; persistent " << format_quantity(r.persistent_bytes, Dimension::bytes) << "), host DDR "
+      << format_quantity(r.peak_ddr_bytes, Dimension::bytes) << " of " << format_quantity(r.ddr_capacity_bytes, Dimension::bytes)
+      << " -> " << (r.fits ? "fits" : "DOES NOT FIT") << "\n";
+  out << "  breakdown (slowest rank):\n";
+  for (const auto& [name, t] : r.compute_s) {
+    std::snprintf(line, sizeof line, "    compute %-22s %9.3f s\n", name.c_str(), t);
+    out << line;
+  }
+  for (const auto& [name, t] : r.communication_s) {
+    std::snprintf(line, sizeof line, "    comm    %-22s %9.3f s busy\n", name.c_str(), t);
+    out << line;
+  }
+  std::snprintf(line, sizeof line, "    swap copies                    %9.3f s busy\n    compute idle (exposed)         %9.3f s\n",
+                r.swap_s, r.exposed_s);
+  out << line;
+  out << "  most time (slowest rank, summed over micro-batches):\n";
+  for (const auto& [name, t] : r.top_ops_s) {
+    std::snprintf(line, sizeof line, "    %-52s %9.3f s\n", name.c_str(), t);
+    out << line;
+  }
+  std::snprintf(line, sizeof line, "  simulated in      %.3f s (%lld events)\n", r.sim_wall_s, static_cast<long long>(r.num_events));
+  out << line;
+  return out.str();
+}
+
+std::string step_report_json(const StepReport& r) {
+  nlohmann::json j;
+  j["scenario"] = r.scenario;
+  j["model"] = r.model;
+  j["hardware"] = r.hardware;
+  j["num_devices"] = r.num_devices;
+  j["num_sampled_steps"] = r.num_sampled_steps;
+  j["step_times_s"] = r.step_times_s;
+  j["step_time_s"] = r.step_time_s;
+  j["step_time_p50_s"] = r.step_time_p50_s;
+  j["step_time_p99_s"] = r.step_time_p99_s;
+  j["tokens_per_step"] = r.tokens_per_step;
+  j["tokens_per_s"] = r.tokens_per_s;
+  j["model_flops_per_step"] = r.model_flops_per_step;
+  j["flops_per_step"] = r.flops_per_step;
+  j["peak_flops_per_device"] = r.peak_flops_per_device;
+  j["mfu"] = r.mfu;
+  j["hfu"] = r.hfu;
+  j["peak_hbm_bytes"] = r.peak_hbm_bytes;
+  j["hbm_capacity_bytes"] = r.hbm_capacity_bytes;
+  j["peak_ddr_bytes"] = r.peak_ddr_bytes;
+  j["ddr_capacity_bytes"] = r.ddr_capacity_bytes;
+  j["persistent_bytes"] = r.persistent_bytes;
+  j["fits"] = r.fits;
+  j["peak_hbm"] = {{"rank", r.peak_rank}, {"op", r.peak_op}, {"time_s", r.peak_time_s}};
+  nlohmann::json breakdown;
+  for (const auto& [name, t] : r.compute_s) breakdown["compute"][name] = t;
+  for (const auto& [name, t] : r.communication_s) breakdown["communication_busy"][name] = t;
+  breakdown["swap_busy"] = r.swap_s;
+  breakdown["exposed"] = r.exposed_s;
+  j["breakdown_s"] = breakdown;
+  nlohmann::json top = nlohmann::json::array();
+  for (const auto& [name, t] : r.top_ops_s) top.push_back({{"op", name}, {"time_s", t}});
+  j["critical_path"] = top;
+  j["sim_wall_s"] = r.sim_wall_s;
+  j["num_events"] = r.num_events;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace moesim

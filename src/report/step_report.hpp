@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: MIT
+// StepReport: the answer to "how long does a step take, and does it fit" - the engine's sampled
+// steps turned into step time (mean, P50, P99), throughput, MFU/HFU, memory against capacity,
+// a time breakdown and the ops the step spends most time in.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/engine.hpp"
+#include "graph/graph_stats.hpp"
+#include "scenario/scenario_spec.hpp"
+
+namespace moesim {
+
+struct StepReport {
+  std::string scenario;
+  std::string model;
+  std::string hardware;
+  int64_t num_devices = 0;
+  int64_t num_sampled_steps = 0;
+  int64_t tokens_per_step = 0;
+  std::vector<double> step_times_s;  // one per sampled step
+  double step_time_s = 0;            // mean
+  double step_time_p50_s = 0;
+  double step_time_p99_s = 0;
+  double tokens_per_s = 0;
+  double model_flops_per_step = 0;
+  double flops_per_step = 0;
+  double peak_flops_per_device = 0;  // at the compute format
+  double mfu = 0;
+  double hfu = 0;
+  double peak_hbm_bytes = 0;         // max over ranks and steps, persistent state included
+  double hbm_capacity_bytes = 0;
+  double peak_ddr_bytes = 0;
+  double ddr_capacity_bytes = 0;
+  double persistent_bytes = 0;       // of the rank with the HBM peak
+  bool fits = false;
+  int32_t peak_rank = 0;
+  std::string peak_op;
+  double peak_time_s = 0;
+  // Breakdown of the slowest rank in the first sampled step.
+  std::vector<std::pair<std::string, double>> compute_s;        // by category
+  std::vector<std::pair<std::string, double>> communication_s;  // busy time by collective kind
+  double swap_s = 0;                  // copy-stream busy time
+  double exposed_s = 0;               // step time the compute stream is idle (waiting on data, comm, bubbles)
+  std::vector<std::pair<std::string, double>> top_ops_s;
+  double sim_wall_s = 0;
+  int64_t num_events = 0;
+};
+
+// `steps` are the engine's results for sampled steps 0..n-1.
+StepReport make_step_report(const Scenario& scenario, const StepGraph& graph, const GraphStats& stats,
+                            const std::vector<StepResult>& steps, double sim_wall_s);
+
+std::string step_report_text(const StepReport& r);
+std::string step_report_json(const StepReport& r);
+
+}  // namespace moesim

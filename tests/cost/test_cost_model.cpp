@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: MIT
+// The cost model against closed forms (roofline, one flow, ring and tree all-reduce, nccl-tests'
+// bus bandwidth) and monotonicity (more bandwidth or FLOP/s is never slower).
+#include <doctest/doctest.h>
+
+#include "cost/cost_model.hpp"
+
+using namespace moesim;
+
+namespace {
+
+HardwareSpec h200() { return load_hardware(read_input("h200-hgx", "hardware", "HARDWARE")); }
+
+Op gemm(int64_t m, int64_t n, int64_t k) {
+  Op op;
+  op.kind = OpKind::gemm;
+  op.dtype = Dtype::bf16;
+  op.m = m;
+  op.n = n;
+  op.k = k;
+  op.flops = 2.0 * static_cast<double>(m * n * k);
+  op.bytes_read = 2.0 * static_cast<double>(m * k + k * n);
+  op.bytes_written = 2.0 * static_cast<double>(m * n);
+  return op;
+}
+
+}  // namespace
+
+TEST_CASE("a large GEMM runs at the curve's efficiency of the peak, plus the launch overhead") {
+  const HardwareSpec hw = h200();
+  const CostModel cost(hw);
+  const Op op = gemm(8192, 8192, 8192);
+  const double eff = hw.efficiency.gemm.max * 8192 / (8192 + hw.efficiency.gemm.half_at);
+  CHECK(cost.kernel_seconds(op) == doctest::Approx(op.flops / (989e12 * eff) + hw.device.kernel_launch_overhead.value));
+  // Measured here: ~790-807 TFLOP/s (REFERENCE.md section 7).
+  const double tflops = op.flops / (cost.kernel_seconds(op) - hw.device.kernel_launch_overhead.value) / 1e12;
+  CHECK(tflops > 780);
+  CHECK(tflops < 815);
+}
+
+TEST_CASE("a memory-bound op takes its bytes over the HBM bandwidth reached") {
+  const HardwareSpec hw = h200();
+  const CostModel cost(hw);
+  Op op;
+  op.kind = OpKind::elementwise;
+  op.flops = 1e9;
+  op.bytes_read = 4e9;
+  op.bytes_written = 4e9;
+  CHECK(cost.kernel_seconds(op) ==
+        doctest::Approx(8e9 / (4.8e12 * hw.efficiency.memory) + hw.device.kernel_launch_overhead.value));
+}
+
+TEST_CASE("skinny GEMMs and few tokens per expert run below the large-GEMM efficiency") {
+  const CostModel cost(h200());
+  auto tflops = [&](const Op& op) { return op.flops / cost.kernel_seconds(op); };
+  CHECK(tflops(gemm(16, 8192, 8192)) < 0.5 * tflops(gemm(8192, 8192, 8192)));
+  Op few = gemm(14 * 32, 6144, 3584);
+  few.kind = OpKind::grouped_gemm;
+  few.num_groups = 14;
+  Op many = gemm(14 * 4096, 6144, 3584);
+  many.kind = OpKind::grouped_gemm;
+  many.num_groups = 14;
+  CHECK(tflops(few) < tflops(many));
+  // Sampled routing: twice the rows, about twice the time for a large grouped GEMM.
+  CHECK(cost.kernel_seconds(many, 2.0) == doctest::Approx(2 * cost.kernel_seconds(many)).epsilon(0.02));
+}
+
+TEST_CASE("one point-to-point flow takes latency + bytes / bandwidth") {
+  const HardwareSpec hw = h200();
+  const CostModel cost(hw);
+  const CollectiveCost c = cost.collective(OpKind::send, 1e9, GroupPlacement{2, 1, 2});
+  const double b = 450e9 * hw.efficiency.collective;
+  CHECK(c.seconds() == doctest::Approx(hw.fabric.scale_up.latency.value + 1e9 / b));
+  const CollectiveCost far = cost.collective(OpKind::send, 1e9, GroupPlacement{2, 2, 1});
+  CHECK(far.seconds() == doctest::Approx(5e-6 + 1e9 / (50e9 * hw.efficiency.collective)));
+}
+
+TEST_CASE("ring all-reduce: 2(n-1)/n S/B + 2(n-1) latencies; tree for small messages") {
+  const HardwareSpec hw = h200();
+  const CostModel cost(hw);
+  const double b = 450e9 * hw.efficiency.collective, a = hw.fabric.scale_up.latency.value;
+  const CollectiveCost big = cost.collective(OpKind::all_reduce, 1e9, GroupPlacement{8, 1, 8});
+  CHECK(big.algorithm == CollectiveAlgorithm::ring);
+  CHECK(big.seconds() == doctest::Approx(2.0 * 7 / 8 * 1e9 / b + 2 * 7 * a));
+  const CollectiveCost small = cost.collective(OpKind::all_reduce, 1e3, GroupPlacement{8, 1, 8});
+  CHECK(small.algorithm == CollectiveAlgorithm::tree);
+  CHECK(small.seconds() < 2 * 7 * a);
+  // nccl-tests: busbw = algbw x 2(n-1)/n reaches the bandwidth for large messages.
+  const double algbw = 1e9 / big.seconds();
+  CHECK(algbw * CostModel::bus_factor(OpKind::all_reduce, 8) == doctest::Approx(b).epsilon(0.01));
+}
+
+TEST_CASE("all-gather and all-to-all move (n-1)/n of the size; across domains the NIC carries a share") {
+  const HardwareSpec hw = h200();
+  const CostModel cost(hw);
+  const CollectiveCost ag = cost.collective(OpKind::all_gather, 8e9, GroupPlacement{8, 1, 8});
+  CHECK(ag.up_bytes == doctest::Approx(7e9));
+  CHECK(ag.out_bytes == 0);
+  const CollectiveCost a2a = cost.collective(OpKind::all_to_all, 64e9, GroupPlacement{64, 8, 8});
+  CHECK(a2a.algorithm == CollectiveAlgorithm::hierarchical);
+  CHECK(a2a.up_bytes + a2a.out_bytes == doctest::Approx(63e9));
+  CHECK(a2a.out_bytes == doctest::Approx(56e9));  // 56 of the 63 peers are in other nodes
+  const CollectiveCost hag = cost.collective(OpKind::all_gather, 64e9, GroupPlacement{64, 8, 8});
+  CHECK(hag.out_bytes == doctest::Approx(7.0 / 8 * 64e9 / 8));
+  CHECK(CostModel::bus_factor(OpKind::all_gather, 8) == doctest::Approx(7.0 / 8));
+  CHECK(CostModel::bus_factor(OpKind::all_to_all, 64) == doctest::Approx(63.0 / 64));
+}
+
+TEST_CASE("more bandwidth or more FLOP/s is never slower") {
+  HardwareSpec fast = h200();
+  const HardwareSpec base = h200();
+  fast.device.peak_flops.bf16.value *= 2;
+  fast.device.hbm_bandwidth.value *= 2;
+  fast.fabric.scale_up.port_bandwidth.value *= 2;
+  fast.fabric.scale_out->nic_bandwidth.value *= 2;
+  const CostModel a(base), b(fast);
+  for (const Op& op : {gemm(16, 4096, 4096), gemm(4096, 4096, 4096), gemm(1, 1, 1)}) {
+    CHECK(b.kernel_seconds(op) <= a.kernel_seconds(op));
+  }
+  for (OpKind kind : {OpKind::all_gather, OpKind::reduce_scatter, OpKind::all_reduce, OpKind::all_to_all}) {
+    for (double bytes : {1e3, 1e6, 1e9}) {
+      for (const GroupPlacement& g : {GroupPlacement{8, 1, 8}, GroupPlacement{64, 8, 8}}) {
+        CHECK(b.collective(kind, bytes, g).seconds() <= a.collective(kind, bytes, g).seconds());
+      }
+    }
+  }
+}

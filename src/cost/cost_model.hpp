@@ -66,7 +66,7 @@ class CostModel {
   double efficiency(const Op& op, double rows_scale) const;
   double peak(Dtype dtype) const;
 
-  const HardwareSpec& hw_;
+  HardwareSpec hw_;  // a copy: a cost model is often built from a temporary
 };
 
 template <>

@@ -37,3 +37,27 @@ struct Timeline {
 };
 
 }  // namespace moesim
+
+namespace moesim {
+
+// A hash of the event sequence (FNV-1a over rank, op, queue, start and end of every record, in
+// order): any change of behaviour changes it. Golden tests pin it per scenario.
+inline uint64_t fingerprint(const Timeline& t) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  for (const ExecRecord& r : t.records) {
+    mix(static_cast<uint64_t>(r.rank));
+    mix(r.op);
+    mix(static_cast<uint64_t>(r.stream));
+    mix(static_cast<uint64_t>(r.start));
+    mix(static_cast<uint64_t>(r.end));
+  }
+  return h;
+}
+
+}  // namespace moesim

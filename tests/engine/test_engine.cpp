@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: MIT
+// The engine against closed forms (one collective alone takes the cost model's time; two sharing
+// a port take twice as long; a kernel its roofline time) and invariants on whole steps: memory
+// balances, MFU <= 1, more bandwidth or FLOP/s is never slower, the same inputs give the same
+// event sequence (golden fingerprints).
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "../graph/graph_test_util.hpp"
+#include "engine/engine.hpp"
+#include "graph/graph_stats.hpp"
+
+using namespace moesim;
+using test::Plan;
+
+namespace {
+
+HardwareSpec h200() { return load_hardware(read_input("h200-hgx", "hardware", "HARDWARE")); }
+
+// A hand-built step of 2 ranks (one FSDP shard group of 2, EP 2) running `ops`.
+StepGraph tiny(const std::vector<Op>& ops) {
+  StepGraph g;
+  g.plan = ParallelPlan(MeshShape{1, 1, 2, 1, 1, 2});
+  Program p;
+  ProgramWriter w(p);
+  for (const Op& op : ops) w.add(op, "op");
+  g.programs.push_back(std::move(p));
+  g.tokens_per_micro_batch = 1;
+  return g;
+}
+
+Op collective(OpKind kind, GroupKind group, double bytes) {
+  Op op;
+  op.kind = kind;
+  op.stream = Stream::comm;
+  op.group = group;
+  op.comm_bytes = bytes;
+  return op;
+}
+
+double seconds(Picoseconds t) { return static_cast<double>(t) * 1e-12; }
+
+}  // namespace
+
+TEST_CASE("one collective alone takes latency + wire bytes / bandwidth") {
+  const HardwareSpec hw = h200();
+  const CostModel cost(hw);
+  const StepGraph g = tiny({collective(OpKind::all_gather, GroupKind::fsdp, 1e9)});
+  Engine engine(g, cost);
+  const StepResult r = engine.run({});
+  const double expected = cost.collective(OpKind::all_gather, 1e9, GroupPlacement{2, 1, 2}).seconds();
+  CHECK(seconds(r.step_time) == doctest::Approx(expected).epsilon(1e-9));
+  CHECK(expected == doctest::Approx(2e-6 + 0.5e9 / (450e9 * hw.efficiency.collective)));
+}
+
+TEST_CASE("two collectives on different communicators share each port max-min: both take twice as long") {
+  const CostModel cost(h200());
+  const StepGraph g = tiny({collective(OpKind::all_gather, GroupKind::fsdp, 1e9),
+                            collective(OpKind::all_to_all, GroupKind::ep, 1e9)});
+  Engine engine(g, cost);
+  const StepResult r = engine.run({});
+  const CollectiveCost one = cost.collective(OpKind::all_gather, 1e9, GroupPlacement{2, 1, 2});
+  const double transfer = one.up_bytes / one.up_bandwidth;
+  // Same latency and same bytes: both flows run at half rate all the way and end together.
+  CHECK(seconds(r.step_time) == doctest::Approx(one.latency_s + 2 * transfer).epsilon(1e-9));
+}
+
+TEST_CASE("a kernel takes its roofline time; dependent kernels add up") {
+  const CostModel cost(h200());
+  Op gemm;
+  gemm.kind = OpKind::gemm;
+  gemm.m = gemm.n = gemm.k = 4096;
+  gemm.flops = 2.0 * 4096 * 4096 * 4096;
+  gemm.bytes_read = 3.0 * 4096 * 4096 * 2;
+  const StepGraph g = tiny({gemm, gemm});
+  Engine engine(g, cost);
+  const StepResult r = engine.run({});
+  CHECK(seconds(r.step_time) == doctest::Approx(2 * cost.kernel_seconds(gemm)).epsilon(1e-9));
+}
+
+TEST_CASE("whole steps: memory balances, MFU <= 1, determinism, more bandwidth never slower") {
+  Plan p;  // qwen3-30b-a3b on 8 H200s, FSDP 8 + EP 8, 2 micro-batches
+  p.ep = 8;
+  p.global_batch = 16;
+  p.seq = 2048;
+  p.recompute = "selective";
+  const Scenario s = test::scenario(p);
+  const StepGraph g = build_step_graph(s);
+  const CostModel cost(s.hardware);
+  Engine engine(g, cost);
+  EngineOptions o;
+  o.record_timeline = true;
+  const StepResult a = engine.run(o);
+  const StepResult b = engine.run(o);
+  CHECK(a.step_time == b.step_time);
+  CHECK(fingerprint(a.timeline) == fingerprint(b.timeline));
+  CHECK(a.step_time > 0);
+  for (const RankMemory& m : a.memory) {
+    CHECK(m.final_hbm_bytes == doctest::Approx(m.persistent_bytes).epsilon(1e-9));
+    CHECK(m.min_hbm_bytes >= m.persistent_bytes * (1 - 1e-12));
+    CHECK(m.peak_hbm_bytes >= m.persistent_bytes);
+  }
+  const GraphStats stats = compute_stats(g);
+  const double capacity = seconds(a.step_time) * 8 * 989e12;
+  CHECK(stats.model_flops_per_step / capacity <= 1.0);
+  CHECK(stats.flops_per_step / capacity <= 1.0);
+
+  // Every op ran exactly once on every rank.
+  CHECK(a.timeline.records.size() == g.programs[0].ops.size() * 8);
+
+  // A faster machine is never slower.
+  HardwareSpec fast = s.hardware;
+  fast.device.peak_flops.bf16.value *= 2;
+  fast.device.hbm_bandwidth.value *= 2;
+  fast.fabric.scale_up.port_bandwidth.value *= 2;
+  const CostModel fast_cost(fast);
+  Engine fast_engine(g, fast_cost);
+  CHECK(fast_engine.run({}).step_time <= a.step_time);
+
+  // Another routing sample changes the expert loads, hence the step time a little.
+  EngineOptions other;
+  other.step = 1;
+  const StepResult c = engine.run(other);
+  CHECK(c.step_time != a.step_time);
+  CHECK(std::abs(seconds(c.step_time) / seconds(a.step_time) - 1) < 0.05);
+}
+
+TEST_CASE("a straggler slows the whole step") {
+  Plan p;
+  p.ep = 8;
+  p.seq = 2048;
+  const Scenario s = test::scenario(p);
+  const StepGraph g = build_step_graph(s);
+  const CostModel cost(s.hardware);
+  Engine engine(g, cost);
+  const StepResult nominal = engine.run({});
+  EngineOptions slow;
+  slow.rank_speed.assign(8, 1.0);
+  slow.rank_speed[3] = 1.5;
+  const StepResult straggling = engine.run(slow);
+  CHECK(straggling.step_time > nominal.step_time);
+}
+
+TEST_CASE("golden runs: step time and event fingerprint are pinned") {
+  // Any change of behaviour (graph, cost, engine) moves these; update them deliberately, with the
+  // reason in the commit message.
+  struct Golden {
+    const char* name;
+    Plan plan;
+    int64_t step_ps;
+    uint64_t fingerprint;  // named as in fingerprint(): the event-sequence hash
+  };
+  Plan dense;
+  dense.model = "llama-3.1-405b";
+  dense.devices = 16;
+  dense.tp = 8;
+  dense.shard = 2;
+  dense.global_batch = 4;
+  dense.seq = 2048;
+  dense.recompute = "full";
+  Plan moe;
+  moe.ep = 8;
+  moe.global_batch = 16;
+  moe.seq = 2048;
+  moe.recompute = "selective";
+  Plan k3;
+  k3.model = "kimi-k3-dsa";
+  k3.hardware = "supernode-128";
+  k3.devices = 128;
+  k3.shard = 128;
+  k3.ep = 64;
+  k3.global_batch = 128;
+  k3.seq = 1024;
+  k3.mode = "lora";
+  k3.lora_targets = R"(["q_proj", "o_proj", "shared_experts"])";
+  k3.recompute = "full";
+  k3.swap = true;
+  k3.fused = R"({"dsa": true, "kda": true, "permute_gemm": true})";
+  k3.loss = R"({"kind": "cce", "vocab_chunk": 8192})";
+  for (const Golden& gold : {Golden{"dense", dense, 13776281626701, 1817482190023393603ull},
+                             Golden{"moe", moe, 329322446641, 14253511184463766659ull},
+                             Golden{"k3", k3, 2387435448683, 10387782761947373315ull}}) {
+    CAPTURE(gold.name);
+    const Scenario s = test::scenario(gold.plan);
+    const StepGraph g = build_step_graph(s);
+    const CostModel cost(s.hardware);
+    Engine engine(g, cost);
+    EngineOptions o;
+    o.record_timeline = true;
+    const StepResult r = engine.run(o);
+    INFO("step_ps " << r.step_time << " fingerprint " << fingerprint(r.timeline));
+    CHECK(r.step_time == gold.step_ps);
+    CHECK(fingerprint(r.timeline) == gold.fingerprint);
+  }
+}

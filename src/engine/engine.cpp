@@ -102,6 +102,8 @@ struct Engine::Impl {
   Impl(const StepGraph& graph, const CostModel& c) : g(graph), cost(c) {
     for (const Program& p : g.programs) index.emplace_back(p);
     num_ranks = g.plan.num_ranks();
+    rank_program.resize(static_cast<size_t>(num_ranks));
+    for (int64_t r = 0; r < num_ranks; ++r) rank_program[static_cast<size_t>(r)] = static_cast<int32_t>(g.plan.program_of(r));
     domain_size = cost.hardware().fabric.scale_up.domain_size;
     for (const auto& [name, kind] : EnumNames<GroupKind>::names) {
       const auto members = g.plan.members(0, kind);
@@ -120,6 +122,7 @@ struct Engine::Impl {
   StepResult result;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
   uint64_t next_seq = 0;
+  uint64_t last_version = 0;
   std::vector<std::vector<int32_t>> remaining;  // per rank, per op
   std::vector<std::vector<Picoseconds>> started;
   std::vector<std::vector<Picoseconds>> ended;
@@ -145,9 +148,11 @@ struct Engine::Impl {
     events.push(Event{t, next_seq++, kind, rank, id, version});
   }
 
-  const Program& program_of(int32_t rank) const { return g.programs[static_cast<size_t>(g.plan.program_of(rank))]; }
+  std::vector<int32_t> rank_program;  // program of each rank, looked up once
+  const Program& program_of(int32_t rank) const { return g.programs[static_cast<size_t>(rank_program[static_cast<size_t>(rank)])]; }
 
   void apply_effects(int32_t rank, const Op& op, bool at_start, Picoseconds t, uint32_t op_index) {
+    if (op.num_effects == 0) return;
     const Program& p = program_of(rank);
     auto& h = hbm[static_cast<size_t>(rank)];
     auto& d = ddr[static_cast<size_t>(rank)];
@@ -332,6 +337,8 @@ struct Engine::Impl {
       if (flows[i].active) active.push_back(i);
     }
     std::vector<int32_t> touched;
+    std::vector<double> old_rate(active.size());
+    for (size_t a = 0; a < active.size(); ++a) old_rate[a] = flows[active[a]].rate;
     for (uint32_t i : active) {
       flows[i].rate = -1;  // unfixed
       for (int32_t port : flows[i].ports) {
@@ -365,10 +372,12 @@ struct Engine::Impl {
       }
     }
     for (int32_t port : touched) port_unfixed[static_cast<size_t>(port)] = 0;
-    for (uint32_t i : active) {
-      Flow& f = flows[i];
-      ++f.version;
-      schedule(t + to_ps(f.remaining / f.rate), EventKind::flow_done, 0, i, f.version);
+    // Only flows whose rate changed get a new finish time; the others' events stay valid.
+    for (size_t a = 0; a < active.size(); ++a) {
+      Flow& f = flows[active[a]];
+      if (f.rate == old_rate[a] && f.version > 0) continue;
+      f.version = ++last_version;  // unique across flows and their reuse: stale events never match
+      schedule(t + to_ps(f.remaining / f.rate), EventKind::flow_done, 0, active[a], f.version);
     }
   }
 
@@ -389,6 +398,7 @@ struct Engine::Impl {
     p2p_count.clear();
     flows.clear();
     free_flows.clear();
+    last_version = 0;
     routing.clear();
     port_capacity.assign(static_cast<size_t>(num_ranks * 2), 1.0);
     port_unfixed.assign(static_cast<size_t>(num_ranks * 2), 0);

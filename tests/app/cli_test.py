@@ -6,8 +6,10 @@ nothing on stdout after an error, and machine-readable JSON.
 usage: cli_test.py BUILD/moesim   (run from the project root)
 """
 import json
+import os
 import subprocess
 import sys
+import tempfile
 
 MOESIM = sys.argv[1]
 failures = []
@@ -42,6 +44,33 @@ expect("describe scenario", r.returncode == 0 and "/parallel/ep" in r.stdout)
 r = run("--help")
 expect("--help", r.returncode == 0 and "model" in r.stdout)
 
+# Simulation: the report's keys, byte-identical reruns (but for the wall time), a trace that parses.
+def without_wall(text):
+    j = json.loads(text)
+    j.pop("sim_wall_s")
+    return j
+
+with tempfile.TemporaryDirectory() as tmp:
+    trace = os.path.join(tmp, "trace.json")
+    mem = os.path.join(tmp, "mem.csv")
+    r1 = run("simulate", "--json", "--steps", "1", "--trace", trace, "--trace-ranks", "2", "--memory-csv", mem)
+    r2 = run("simulate", "--json", "--steps", "1")
+    expect("simulate", r1.returncode == 0 and r2.returncode == 0, r1.stderr + r2.stderr)
+    s1 = json.loads(r1.stdout)
+    for key in ("step_time_s", "step_time_p50_s", "step_time_p99_s", "tokens_per_step", "tokens_per_s", "mfu", "hfu",
+                "model_flops_per_step", "num_devices", "peak_flops_per_device", "peak_hbm_bytes", "hbm_capacity_bytes",
+                "peak_ddr_bytes", "fits", "breakdown_s", "critical_path", "sim_wall_s", "num_events"):
+        expect("simulate key " + key, key in s1)
+    expect("simulate deterministic", without_wall(r1.stdout) == without_wall(r2.stdout))
+    expect("simulate sane", 0 < s1["mfu"] <= 1 and s1["num_devices"] == 128 and s1["fits"] is True, str(s1.get("mfu")))
+    with open(trace) as f:
+        events = json.load(f)["traceEvents"]
+    expect("trace has ops", sum(1 for e in events if e.get("ph") == "X") > 1000)
+    with open(mem) as f:
+        expect("memory csv", f.readline().startswith("rank,time_s,hbm_bytes,ddr_bytes"))
+r = run("simulate", "--steps", "0")
+expect("simulate --steps 0", r.returncode == 2 and "--steps" in r.stderr, r.stderr)
+
 # The op graph: stats, and export / import round trip.
 r = run("graph", "stats", "--json")
 j = json.loads(r.stdout)
@@ -49,8 +78,6 @@ for key in ("num_ops", "num_ranks", "num_programs", "flops_per_step", "tokens_pe
     expect("graph stats key " + key, key in j)
 expect("graph stats ranks", j["num_ranks"] == 128 and j["num_programs"] == 1)
 expect("graph stats kinds", {"kda", "all_to_all", "all_gather", "reduce_scatter", "grouped_gemm"} <= set(j["ops_by_kind"]))
-import os
-import tempfile
 with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "g.json")
     r = run("graph", "export", "-o", out)

@@ -137,6 +137,19 @@ void depend_across_streams(ProgramWriter& w, uint32_t op, int64_t producer) {
   w.depend(op, static_cast<uint32_t>(producer));
 }
 
+// A swap copy of one tensor on the copy stream.
+Op host_copy(OpKind kind, Phase phase, const EmitScope& scope, double bytes) {
+  Op copy;
+  copy.kind = kind;
+  copy.phase = phase;
+  copy.stream = Stream::copy;
+  copy.layer = scope.layer;
+  copy.micro = scope.micro;
+  (kind == OpKind::swap_out ? copy.bytes_read : copy.bytes_written) = bytes;
+  copy.comm_bytes = bytes;
+  return copy;
+}
+
 uint32_t emit_op(ProgramWriter& w, const LayerTape& tape, const TapeOp& entry, Phase phase, const TapePolicy& policy,
                  const EmitScope& scope) {
   Op op = entry.op;
@@ -212,16 +225,9 @@ TapeState emit_forward(ProgramWriter& w, const LayerTape& tape, const TapePolicy
       const bool last_use_here = a.last_fwd_use[t] == static_cast<int>(i) ||
                                  (a.last_fwd_use[t] < 0 && a.producer[t] == static_cast<int>(i));
       if (!last_use_here) continue;
-      Op copy;
-      copy.kind = OpKind::swap_out;
-      copy.phase = Phase::fwd;
-      copy.stream = Stream::copy;
-      copy.layer = scope.layer;
-      copy.micro = scope.micro;
-      copy.bytes_read = ts[t].desc.bytes();
-      copy.comm_bytes = ts[t].desc.bytes();
       const TensorDesc d = ts[t].desc;
-      const uint32_t c = w.add(copy, scope.prefix + "swap_out." + ts[t].name, std::span(&d, 1));
+      const uint32_t c = w.add(host_copy(OpKind::swap_out, Phase::fwd, scope, d.bytes()),
+                               scope.prefix + "swap_out." + ts[t].name, std::span(&d, 1));
       w.depend(c, idx);
       w.effect(c, static_cast<uint32_t>(s.buffer[t]), MemAction::to_host);
     }
@@ -255,16 +261,9 @@ BackwardResult emit_backward(ProgramWriter& w, const LayerTape& tape, const Tape
   // 1. Swap-ins, prefetched from the anchor.
   for (size_t t = 0; t < ts.size(); ++t) {
     if (!s.swapped[t]) continue;
-    Op copy;
-    copy.kind = OpKind::swap_in;
-    copy.phase = Phase::bwd;
-    copy.stream = Stream::copy;
-    copy.layer = scope.layer;
-    copy.micro = scope.micro;
-    copy.bytes_written = ts[t].desc.bytes();
-    copy.comm_bytes = ts[t].desc.bytes();
     const TensorDesc d = ts[t].desc;
-    const uint32_t c = w.add(copy, scope.prefix + "swap_in." + ts[t].name, {}, std::span(&d, 1));
+    const uint32_t c = w.add(host_copy(OpKind::swap_in, Phase::bwd, scope, d.bytes()), scope.prefix + "swap_in." + ts[t].name,
+                             {}, std::span(&d, 1));
     on_emit(c, false);
     if (prefetch_anchor >= 0) w.depend(c, static_cast<uint32_t>(prefetch_anchor));
     w.effect(c, static_cast<uint32_t>(s.buffer[t]), MemAction::to_device);

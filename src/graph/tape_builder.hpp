@@ -28,89 +28,19 @@ class TapeBuilder {
   int act_tensor(int64_t rows, int64_t cols, std::string name) { return tensor(rows, cols, std::move(name), c_.act); }
 
   // y = x W: x (rows x in) -> y (rows x out). The weight is trainable when the base is trained;
-  // a LoRA adapter (rank r: x A B) is added when `lora` is targeted.
+  // a LoRA adapter (rank r: x A B) is added when `lora` is targeted and the base is frozen.
   int gemm(const std::string& name, int x, int64_t rows, int64_t in, int64_t out, std::optional<LoraTarget> lora = {},
-           std::optional<SwapTarget> swap = {}, bool trainable_override = false, bool frozen_override = false) {
-    const bool trainable = !frozen_override && (c_.train_base || trainable_override);
-    const bool adapter = lora && c_.lora_on(*lora) && !trainable;
-    const int y = act_tensor(rows, out, adapter ? name + ".base_out" : name + ".out");
-    TapeOp op;
-    op.op.kind = OpKind::gemm;
-    op.op.dtype = c_.compute;
-    op.op.trainable_weight = trainable;
-    op.op.m = rows;
-    op.op.n = out;
-    op.op.k = in;
-    const double f = 2.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(out);
-    op.op.flops = f;
-    op.op.bytes_read = bytes_of(rows * in, c_.act) + bytes_of(in * out, c_.compute);
-    op.op.bytes_written = bytes_of(rows * out, c_.act);
-    op.name = name;
-    op.inputs = {x};
-    op.outputs = {y};
-    if (trainable) op.bwd_needs = {x};  // the weight gradient reads x; the input gradient only W
-    op.bwd_kind = OpKind::gemm;
-    op.bwd_flops = f;
-    op.wgrad_flops = f;
-    op.swap = swap;
-    t_.add(op);
-    if (!adapter) return y;
-    // LoRA: a = x A (rows x r), y = base + (alpha / r) a B; both adapter matrices trainable.
-    const int64_t r = c_.lora_rank;
-    const int a = act_tensor(rows, r, name + ".lora_a");
-    TapeOp la = lora_op(name + ".lora_a", {x}, {a}, rows, in, r);
-    la.bwd_needs = {x};
-    t_.add(la);
-    const int yo = act_tensor(rows, out, name + ".out");
-    TapeOp lb = lora_op(name + ".lora_b", {a, y}, {yo}, rows, r, out);
-    lb.bwd_needs = {a};
-    t_.add(lb);
-    return yo;
+           std::optional<SwapTarget> swap = {}) {
+    const bool adapter = lora && c_.lora_on(*lora) && !c_.train_base;
+    return linear(OpKind::gemm, name, x, rows, in, out, 0, -1, adapter, swap);
   }
 
-  // Grouped GEMM over this rank's experts: x (rows x in) -> (rows x out).
+  // Grouped GEMM over this rank's experts: x (rows x in) -> (rows x out), rows set by routing.
   int grouped_gemm(const std::string& name, int x, int64_t rows, int64_t in, int64_t out, int32_t routing_layer,
                    std::optional<SwapTarget> swap) {
-    const bool trainable = c_.train_base;
-    const bool adapter = c_.lora_on(LoraTarget::routed_experts) && !trainable;
-    const int y = act_tensor(rows, out, adapter ? name + ".base_out" : name + ".out");
-    TapeOp op;
-    op.op.kind = OpKind::grouped_gemm;
-    op.op.dtype = c_.compute;
-    op.op.trainable_weight = trainable;
-    op.op.routing_layer = routing_layer;
-    op.op.num_groups = static_cast<int32_t>(c_.experts_per_rank);
-    op.op.m = rows;
-    op.op.n = out;
-    op.op.k = in;
-    const double f = 2.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(out);
-    op.op.flops = f;
-    op.op.bytes_read = bytes_of(rows * in, c_.act) + bytes_of(c_.experts_per_rank * in * out, c_.compute);
-    op.op.bytes_written = bytes_of(rows * out, c_.act);
-    op.name = name;
-    op.inputs = {x};
-    op.outputs = {y};
-    if (trainable) op.bwd_needs = {x};
-    op.bwd_kind = OpKind::grouped_gemm;
-    op.bwd_flops = f;
-    op.wgrad_flops = f;
-    op.swap = swap;
-    t_.add(op);
-    if (!adapter) return y;
-    const int64_t r = c_.lora_rank;
-    const int a = act_tensor(rows, r, name + ".lora_a");
-    TapeOp la = lora_op(name + ".lora_a", {x}, {a}, rows, in, r);
-    la.op.num_groups = static_cast<int32_t>(c_.experts_per_rank);
-    la.op.routing_layer = routing_layer;
-    la.bwd_needs = {x};
-    t_.add(la);
-    const int yo = act_tensor(rows, out, name + ".out");
-    TapeOp lb = lora_op(name + ".lora_b", {a, y}, {yo}, rows, r, out);
-    lb.op.num_groups = static_cast<int32_t>(c_.experts_per_rank);
-    lb.op.routing_layer = routing_layer;
-    lb.bwd_needs = {a};
-    t_.add(lb);
-    return yo;
+    const bool adapter = c_.lora_on(LoraTarget::routed_experts) && !c_.train_base;
+    return linear(OpKind::grouped_gemm, name, x, rows, in, out, static_cast<int32_t>(c_.experts_per_rank),
+                  routing_layer, adapter, swap);
   }
 
   // An elementwise-like op (norm, activation, add): cheap, recomputed under selective recompute.
@@ -189,26 +119,52 @@ class TapeBuilder {
   TapeOp& add(TapeOp op) { return t_.add(std::move(op)); }
 
  private:
-  TapeOp lora_op(const std::string& name, std::vector<int> in, std::vector<int> out, int64_t rows, int64_t k,
-                 int64_t n) {
+  // A matmul of `rows` x k inputs by `num_matrices` k x n weights (one, or one per expert): the
+  // input gradient always, the weight gradient (which reads the input) when trainable.
+  TapeOp matmul(OpKind kind, const std::string& name, std::vector<int> inputs, int output, int64_t rows, int64_t k,
+                int64_t n, int64_t num_matrices, bool trainable) const {
     TapeOp op;
-    op.op.kind = OpKind::lora_gemm;
+    op.op.kind = kind;
     op.op.dtype = c_.compute;
-    op.op.trainable_weight = true;
+    op.op.trainable_weight = trainable;
     op.op.m = rows;
     op.op.n = n;
     op.op.k = k;
     const double f = 2.0 * static_cast<double>(rows) * static_cast<double>(k) * static_cast<double>(n);
     op.op.flops = f;
-    op.op.bytes_read = bytes_of(rows * k, c_.act) + bytes_of(k * n, c_.compute);
+    op.op.bytes_read = bytes_of(rows * k, c_.act) + bytes_of(num_matrices * k * n, c_.compute);
     op.op.bytes_written = bytes_of(rows * n, c_.act);
     op.name = name;
-    op.inputs = std::move(in);
-    op.outputs = std::move(out);
-    op.bwd_kind = OpKind::lora_gemm;
+    op.inputs = std::move(inputs);
+    op.outputs = {output};
+    if (trainable) op.bwd_needs = {op.inputs.front()};
+    op.bwd_kind = kind;
     op.bwd_flops = f;
     op.wgrad_flops = f;
     return op;
+  }
+
+  // A base matmul (trainable when the base is trained) and, on request, its LoRA adapter:
+  // a = x A (rows x r), y = base + (alpha / r) a B, both adapter matrices trainable.
+  int linear(OpKind kind, const std::string& name, int x, int64_t rows, int64_t in, int64_t out, int32_t num_groups,
+             int32_t routing_layer, bool adapter, std::optional<SwapTarget> swap) {
+    const int64_t matrices = std::max<int32_t>(num_groups, 1);
+    auto tag = [&](TapeOp op) {
+      op.op.num_groups = num_groups;
+      op.op.routing_layer = routing_layer;
+      return op;
+    };
+    const int y = act_tensor(rows, out, adapter ? name + ".base_out" : name + ".out");
+    TapeOp base = tag(matmul(kind, name, {x}, y, rows, in, out, matrices, c_.train_base));
+    base.swap = swap;
+    t_.add(base);
+    if (!adapter) return y;
+    const int64_t r = c_.lora_rank;
+    const int a = act_tensor(rows, r, name + ".lora_a");
+    t_.add(tag(matmul(OpKind::lora_gemm, name + ".lora_a", {x}, a, rows, in, r, matrices, true)));
+    const int yo = act_tensor(rows, out, name + ".out");
+    t_.add(tag(matmul(OpKind::lora_gemm, name + ".lora_b", {a, y}, yo, rows, r, out, matrices, true)));
+    return yo;
   }
 
   TapeOp& last_producer_of(int tensor) {

@@ -142,6 +142,9 @@ struct Engine::Impl {
   std::vector<uint32_t> free_flows;
   std::vector<double> port_capacity;
   std::vector<int32_t> port_unfixed;
+  std::vector<std::vector<uint32_t>> port_flows;  // active flows crossing each port
+  std::vector<uint64_t> port_stamp, flow_stamp;   // visited marks of the component search
+  uint64_t stamp = 0;
   std::map<std::tuple<int32_t, int32_t, int64_t>, RoutingSample> routing;  // (layer, micro, group id)
 
   void schedule(Picoseconds t, EventKind kind, int32_t rank, uint32_t id, uint64_t version = 0) {
@@ -307,6 +310,7 @@ struct Engine::Impl {
     } else {
       id = static_cast<uint32_t>(flows.size());
       flows.emplace_back();
+      flow_stamp.push_back(0);
     }
     Flow& f = flows[id];
     f = Flow{};
@@ -321,34 +325,63 @@ struct Engine::Impl {
     schedule(t + to_ps(c.latency_s), EventKind::transfer_start, 0, id);
   }
 
-  void update_progress(Picoseconds t) {
-    for (Flow& f : flows) {
-      if (!f.active) continue;
-      f.remaining -= f.rate * static_cast<double>(t - f.updated) * 1e-12;
-      f.remaining = std::max(f.remaining, 0.0);
-      f.updated = t;
-    }
+  // A flow joins or leaves the ports it crosses; only the flows connected to those ports through
+  // shared ports can change rate, so only that component is recomputed.
+  void activate(uint32_t id, Picoseconds t) {
+    Flow& f = flows[id];
+    f.active = true;
+    f.updated = t;
+    f.rate = 0;
+    for (int32_t port : f.ports) port_flows[static_cast<size_t>(port)].push_back(id);
+    reshare(f.ports, id, t);
   }
 
-  // Max-min fair rates by progressive filling (see engine.hpp), then the new finish times.
-  void reshare(Picoseconds t) {
-    std::vector<uint32_t> active;
-    for (uint32_t i = 0; i < flows.size(); ++i) {
-      if (flows[i].active) active.push_back(i);
+  void deactivate(uint32_t id, Picoseconds t) {
+    Flow& f = flows[id];
+    f.active = false;
+    for (int32_t port : f.ports) {
+      auto& v = port_flows[static_cast<size_t>(port)];
+      v.erase(std::find(v.begin(), v.end(), id));
     }
+    reshare(f.ports, -1, t);
+  }
+
+  // Max-min fair rates by progressive filling (see engine.hpp) over the component reachable from
+  // `seed_ports`, then new finish times for the flows whose rate changed. `fresh` is a flow just
+  // started (always scheduled).
+  void reshare(const std::vector<int32_t>& seed_ports, int64_t fresh, Picoseconds t) {
+    ++stamp;
+    std::vector<uint32_t> component;
     std::vector<int32_t> touched;
-    std::vector<double> old_rate(active.size());
-    for (size_t a = 0; a < active.size(); ++a) old_rate[a] = flows[active[a]].rate;
-    for (uint32_t i : active) {
-      flows[i].rate = -1;  // unfixed
-      for (int32_t port : flows[i].ports) {
-        if (port_unfixed[static_cast<size_t>(port)] == 0) {
-          touched.push_back(port);
-          port_capacity[static_cast<size_t>(port)] = 1.0;
+    if (fresh >= 0 && flows[static_cast<size_t>(fresh)].ports.empty()) component.push_back(static_cast<uint32_t>(fresh));
+    std::vector<int32_t> work(seed_ports.begin(), seed_ports.end());
+    for (int32_t port : work) port_stamp[static_cast<size_t>(port)] = stamp;
+    while (!work.empty()) {
+      const int32_t port = work.back();
+      work.pop_back();
+      touched.push_back(port);
+      for (uint32_t id : port_flows[static_cast<size_t>(port)]) {
+        if (flow_stamp[id] == stamp) continue;
+        flow_stamp[id] = stamp;
+        component.push_back(id);
+        for (int32_t q : flows[id].ports) {
+          if (port_stamp[static_cast<size_t>(q)] == stamp) continue;
+          port_stamp[static_cast<size_t>(q)] = stamp;
+          work.push_back(q);
         }
-        ++port_unfixed[static_cast<size_t>(port)];
       }
-      if (flows[i].ports.empty()) flows[i].rate = 1.0;
+    }
+    std::vector<double> old_rate(component.size());
+    for (size_t i = 0; i < component.size(); ++i) {
+      Flow& f = flows[component[i]];
+      f.remaining = std::max(0.0, f.remaining - f.rate * static_cast<double>(t - f.updated) * 1e-12);
+      f.updated = t;
+      old_rate[i] = f.rate;
+      f.rate = f.ports.empty() ? 1.0 : -1.0;  // -1: not fixed yet
+    }
+    for (int32_t port : touched) {
+      port_capacity[static_cast<size_t>(port)] = 1.0;
+      port_unfixed[static_cast<size_t>(port)] = static_cast<int32_t>(port_flows[static_cast<size_t>(port)].size());
     }
     while (true) {
       int32_t best = -1;
@@ -361,9 +394,9 @@ struct Engine::Impl {
         }
       }
       if (best < 0) break;
-      for (uint32_t i : active) {
-        Flow& f = flows[i];
-        if (f.rate >= 0 || std::find(f.ports.begin(), f.ports.end(), best) == f.ports.end()) continue;
+      for (uint32_t id : port_flows[static_cast<size_t>(best)]) {
+        Flow& f = flows[id];
+        if (f.rate >= 0) continue;
         f.rate = std::max(share, 1e-9);
         for (int32_t port : f.ports) {
           port_capacity[static_cast<size_t>(port)] -= share;
@@ -371,13 +404,12 @@ struct Engine::Impl {
         }
       }
     }
-    for (int32_t port : touched) port_unfixed[static_cast<size_t>(port)] = 0;
     // Only flows whose rate changed get a new finish time; the others' events stay valid.
-    for (size_t a = 0; a < active.size(); ++a) {
-      Flow& f = flows[active[a]];
-      if (f.rate == old_rate[a] && f.version > 0) continue;
+    for (size_t i = 0; i < component.size(); ++i) {
+      Flow& f = flows[component[i]];
+      if (f.rate == old_rate[i] && static_cast<int64_t>(component[i]) != fresh) continue;
       f.version = ++last_version;  // unique across flows and their reuse: stale events never match
-      schedule(t + to_ps(f.remaining / f.rate), EventKind::flow_done, 0, active[a], f.version);
+      schedule(t + to_ps(f.remaining / f.rate), EventKind::flow_done, 0, component[i], f.version);
     }
   }
 
@@ -402,6 +434,10 @@ struct Engine::Impl {
     routing.clear();
     port_capacity.assign(static_cast<size_t>(num_ranks * 2), 1.0);
     port_unfixed.assign(static_cast<size_t>(num_ranks * 2), 0);
+    port_flows.assign(static_cast<size_t>(num_ranks * 2), {});
+    port_stamp.assign(static_cast<size_t>(num_ranks * 2), 0);
+    flow_stamp.clear();
+    stamp = 0;
     for (int32_t r = 0; r < num_ranks; ++r) {
       const Program& p = program_of(r);
       const double persistent = p.persistent.total();
@@ -425,22 +461,13 @@ struct Engine::Impl {
       ++result.num_events;
       switch (e.kind) {
         case EventKind::op_done: finish_op(e.rank, e.id, e.time); break;
-        case EventKind::transfer_start: {
-          update_progress(e.time);
-          Flow& f = flows[e.id];
-          f.active = true;
-          f.updated = e.time;
-          reshare(e.time);
-          break;
-        }
+        case EventKind::transfer_start: activate(e.id, e.time); break;
         case EventKind::flow_done: {
           Flow& f = flows[e.id];
           if (!f.active || e.version != f.version) break;  // rescheduled since
-          update_progress(e.time);
-          f.active = false;
+          deactivate(e.id, e.time);
           auto members = std::move(f.members);
           free_flows.push_back(e.id);
-          reshare(e.time);
           for (const auto& [rank, op] : members) finish_op(rank, op, e.time);
           break;
         }

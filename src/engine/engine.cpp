@@ -28,12 +28,14 @@ struct ProgramIndex {
   std::vector<uint32_t> succ;
   std::vector<int32_t> num_preds;
   std::vector<int32_t> match;
+  std::vector<int32_t> queue_pred;  // the op before on the same queue, -1 if first
 
   explicit ProgramIndex(const Program& p) {
     const size_t n = p.ops.size();
     std::vector<std::vector<uint32_t>> out(n);
     num_preds.assign(n, 0);
     match.assign(n, -1);
+    queue_pred.assign(n, -1);
     std::array<int64_t, kNumQueues> last{};
     last.fill(-1);
     std::array<int32_t, kNumGroupKinds> collectives{};
@@ -43,6 +45,7 @@ struct ProgramIndex {
       if (last[static_cast<size_t>(q)] >= 0) {
         out[static_cast<size_t>(last[static_cast<size_t>(q)])].push_back(static_cast<uint32_t>(i));
         ++num_preds[i];
+        queue_pred[i] = static_cast<int32_t>(last[static_cast<size_t>(q)]);
       }
       last[static_cast<size_t>(q)] = static_cast<int64_t>(i);
       for (uint32_t d : p.deps_of(op)) {
@@ -413,6 +416,51 @@ struct Engine::Impl {
     }
   }
 
+  // Walks back from the op that ends the step: each op's start was set by the predecessor that
+  // ended last (its queue predecessor or an explicit dependency); a collective's start by the
+  // member that arrived last, possibly on another rank. The ops on that chain, summed by name.
+  void critical_path() {
+    int32_t rank = result.slowest_rank;
+    const Program* p = &program_of(rank);
+    int64_t op = -1;
+    for (uint32_t i = 0; i < p->ops.size(); ++i) {
+      if (op < 0 || ended[static_cast<size_t>(rank)][i] > ended[static_cast<size_t>(rank)][static_cast<size_t>(op)]) op = i;
+    }
+    std::unordered_map<std::string, Picoseconds> by_name;
+    int64_t length = 0;
+    while (op >= 0) {
+      const auto i = static_cast<uint32_t>(op);
+      const Op& o = p->ops[i];
+      const auto& st = started[static_cast<size_t>(rank)];
+      const auto& en = ended[static_cast<size_t>(rank)];
+      const std::string& name = p->names[o.name];
+      const size_t dot = name.find('.');
+      by_name[name.starts_with("layer") && dot != std::string::npos ? "layer*" + name.substr(dot) : name] += en[i] - st[i];
+      ++length;
+      if (is_collective(o.kind)) {
+        // The member that arrived last held the collective back.
+        for (int64_t m = 0; m < g.plan.group_size(o.group); ++m) {
+          const auto member = static_cast<int32_t>(g.plan.member(rank, o.group, m));
+          if (rank_program[static_cast<size_t>(member)] != rank_program[static_cast<size_t>(rank)]) continue;
+          if (started[static_cast<size_t>(member)][i] > started[static_cast<size_t>(rank)][i]) rank = member;
+        }
+      }
+      const ProgramIndex& ix = index[static_cast<size_t>(p->stage)];
+      const auto& en2 = ended[static_cast<size_t>(rank)];
+      int64_t best = ix.queue_pred[i];
+      for (uint32_t d : p->deps_of(p->ops[i])) {
+        if (best < 0 || en2[d] > en2[static_cast<size_t>(best)]) best = d;
+      }
+      op = best;
+    }
+    for (const auto& [name, t] : by_name) result.critical_path.emplace_back(name, t);
+    std::sort(result.critical_path.begin(), result.critical_path.end(), [](const auto& a, const auto& b) {
+      return a.second != b.second ? a.second > b.second : a.first < b.first;
+    });
+    if (result.critical_path.size() > 12) result.critical_path.resize(12);
+    result.critical_path_length = length;
+  }
+
   StepResult run(const EngineOptions& options) {
     opt = options;
     result = StepResult{};
@@ -513,6 +561,7 @@ struct Engine::Impl {
       });
       if (result.top_ops.size() > 12) result.top_ops.resize(12);
     }
+    critical_path();
     if (opt.record_timeline) {
       std::sort(result.timeline.records.begin(), result.timeline.records.end(), [](const ExecRecord& a, const ExecRecord& c) {
         return std::tie(a.start, a.rank, a.stream, a.op) < std::tie(c.start, c.rank, c.stream, c.op);

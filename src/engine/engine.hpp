@@ -67,6 +67,10 @@ struct StepResult {
   // The slowest rank's ops with the most time, by op name (summed over micro-batches): where the
   // step goes.
   std::vector<std::pair<std::string, Picoseconds>> top_ops;
+  // The chain of ops that set the step's end (see Engine::Impl::critical_path), their time summed
+  // by op name, largest first; and how many ops the chain has.
+  std::vector<std::pair<std::string, Picoseconds>> critical_path;
+  int64_t critical_path_length = 0;
 };
 
 class Engine {

@@ -106,6 +106,8 @@ StepReport make_step_report(const Scenario& s, const StepGraph& g, const GraphSt
   for (const auto& [kind, t] : first.comm_busy) r.communication_s.emplace_back(std::string(enum_name(kind)), ps_to_s(t));
   r.exposed_s = std::max(0.0, ps_to_s(first.step_time - first.compute_busy_total));
   for (const auto& [name, t] : first.top_ops) r.top_ops_s.emplace_back(name, ps_to_s(t));
+  for (const auto& [name, t] : first.critical_path) r.critical_path_s.emplace_back(name, ps_to_s(t));
+  r.critical_path_length = first.critical_path_length;
   r.sim_wall_s = sim_wall_s;
   for (const StepResult& st : steps) r.num_events += st.num_events;
   return r;
@@ -141,8 +143,8 @@ std::string step_report_text(const StepReport& r) {
   std::snprintf(line, sizeof line, "    swap copies                    %9.3f s busy\n    compute idle (exposed)         %9.3f s\n",
                 r.swap_s, r.exposed_s);
   out << line;
-  out << "  most time (slowest rank, summed over micro-batches):\n";
-  for (const auto& [name, t] : r.top_ops_s) {
+  out << "  critical path (" << r.critical_path_length << " ops; time by op, all layers together):\n";
+  for (const auto& [name, t] : r.critical_path_s) {
     std::snprintf(line, sizeof line, "    %-52s %9.3f s\n", name.c_str(), t);
     out << line;
   }
@@ -182,9 +184,14 @@ std::string step_report_json(const StepReport& r) {
   breakdown["swap_busy"] = r.swap_s;
   breakdown["exposed"] = r.exposed_s;
   j["breakdown_s"] = breakdown;
-  nlohmann::json top = nlohmann::json::array();
-  for (const auto& [name, t] : r.top_ops_s) top.push_back({{"op", name}, {"time_s", t}});
-  j["critical_path"] = top;
+  auto ops = [](const std::vector<std::pair<std::string, double>>& v) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& [name, t] : v) a.push_back({{"op", name}, {"time_s", t}});
+    return a;
+  };
+  j["critical_path"] = ops(r.critical_path_s);
+  j["critical_path_length"] = r.critical_path_length;
+  j["busiest_ops"] = ops(r.top_ops_s);
   j["sim_wall_s"] = r.sim_wall_s;
   j["num_events"] = r.num_events;
   return j.dump(2) + "\n";

@@ -46,7 +46,9 @@ struct StepReport {
   std::vector<std::pair<std::string, double>> communication_s;  // busy time by collective kind
   double swap_s = 0;                  // copy-stream busy time
   double exposed_s = 0;               // step time the compute stream is idle (waiting on data, comm, bubbles)
-  std::vector<std::pair<std::string, double>> top_ops_s;
+  std::vector<std::pair<std::string, double>> top_ops_s;        // busiest op names of the slowest rank
+  std::vector<std::pair<std::string, double>> critical_path_s;  // the chain that ends the step, by op name
+  int64_t critical_path_length = 0;
   double sim_wall_s = 0;
   int64_t num_events = 0;
 };

@@ -77,6 +77,10 @@ TEST_CASE("a kernel takes its roofline time; dependent kernels add up") {
   Engine engine(g, cost);
   const StepResult r = engine.run({});
   CHECK(seconds(r.step_time) == doctest::Approx(2 * cost.kernel_seconds(gemm)).epsilon(1e-9));
+  // Both kernels are the critical path, and it covers the whole step.
+  CHECK(r.critical_path_length == 2);
+  REQUIRE(r.critical_path.size() == 1);  // both are named "op"
+  CHECK(r.critical_path[0].second == r.step_time);
 }
 
 TEST_CASE("whole steps: memory balances, MFU <= 1, determinism, more bandwidth never slower") {
@@ -105,6 +109,12 @@ TEST_CASE("whole steps: memory balances, MFU <= 1, determinism, more bandwidth n
   const double capacity = seconds(a.step_time) * 8 * 989e12;
   CHECK(stats.model_flops_per_step / capacity <= 1.0);
   CHECK(stats.flops_per_step / capacity <= 1.0);
+
+  // The critical path never takes longer than the step.
+  Picoseconds path = 0;
+  for (const auto& [name, t] : a.critical_path) path += t;
+  CHECK(path > 0);
+  CHECK(path <= a.step_time);
 
   // Every op ran exactly once on every rank.
   CHECK(a.timeline.records.size() == g.programs[0].ops.size() * 8);

@@ -92,6 +92,23 @@ struct RoutingSample {
   std::vector<double> received_rows;  // per member: assignments its experts process
 };
 
+// Op names start with their unit ("layer12."); the layers' ops of one kind add up under one name.
+std::string folded_name(const std::string& name) {
+  const size_t dot = name.find('.');
+  return name.starts_with("layer") && dot != std::string::npos ? "layer*" + name.substr(dot) : name;
+}
+
+// The largest entries first (ties by name), at most `keep`.
+std::vector<std::pair<std::string, Picoseconds>> ranked(const std::unordered_map<std::string, Picoseconds>& by_name,
+                                                        size_t keep) {
+  std::vector<std::pair<std::string, Picoseconds>> out(by_name.begin(), by_name.end());
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  });
+  if (out.size() > keep) out.resize(keep);
+  return out;
+}
+
 }  // namespace
 
 struct Engine::Impl {
@@ -433,9 +450,7 @@ struct Engine::Impl {
       const Op& o = p->ops[i];
       const auto& st = started[static_cast<size_t>(rank)];
       const auto& en = ended[static_cast<size_t>(rank)];
-      const std::string& name = p->names[o.name];
-      const size_t dot = name.find('.');
-      by_name[name.starts_with("layer") && dot != std::string::npos ? "layer*" + name.substr(dot) : name] += en[i] - st[i];
+      by_name[folded_name(p->names[o.name])] += en[i] - st[i];
       ++length;
       if (is_collective(o.kind)) {
         // The member that arrived last held the collective back.
@@ -453,11 +468,7 @@ struct Engine::Impl {
       }
       op = best;
     }
-    for (const auto& [name, t] : by_name) result.critical_path.emplace_back(name, t);
-    std::sort(result.critical_path.begin(), result.critical_path.end(), [](const auto& a, const auto& b) {
-      return a.second != b.second ? a.second > b.second : a.first < b.first;
-    });
-    if (result.critical_path.size() > 12) result.critical_path.resize(12);
+    result.critical_path = ranked(by_name, 12);
     result.critical_path_length = length;
   }
 
@@ -547,19 +558,9 @@ struct Engine::Impl {
       const Program& p = program_of(result.slowest_rank);
       const auto& st = started[static_cast<size_t>(result.slowest_rank)];
       const auto& en = ended[static_cast<size_t>(result.slowest_rank)];
-      // Op names start with their unit ("layer12."); layers of one kind add up under one name.
       std::unordered_map<std::string, Picoseconds> by_name;
-      for (uint32_t i = 0; i < p.ops.size(); ++i) {
-        const std::string& name = p.names[p.ops[i].name];
-        const size_t dot = name.find('.');
-        const bool layer = name.starts_with("layer") && dot != std::string::npos;
-        by_name[layer ? "layer*" + name.substr(dot) : name] += en[i] - st[i];
-      }
-      for (const auto& [name, t] : by_name) result.top_ops.emplace_back(name, t);
-      std::sort(result.top_ops.begin(), result.top_ops.end(), [](const auto& a, const auto& b) {
-        return a.second != b.second ? a.second > b.second : a.first < b.first;
-      });
-      if (result.top_ops.size() > 12) result.top_ops.resize(12);
+      for (uint32_t i = 0; i < p.ops.size(); ++i) by_name[folded_name(p.names[p.ops[i].name])] += en[i] - st[i];
+      result.top_ops = ranked(by_name, 12);
     }
     critical_path();
     if (opt.record_timeline) {

@@ -5,16 +5,10 @@
 #include <cmath>
 #include <string>
 
+#include "model/accounting.hpp"
+
 namespace moesim {
 namespace {
-
-// Mean keys per query of a causal sequence of n tokens when at most `limit` are read.
-double mean_keys(int64_t n, int64_t limit) {
-  const double k = static_cast<double>(limit);
-  const double nn = static_cast<double>(n);
-  if (n <= limit) return (nn + 1) / 2;
-  return (k * (k + 1) / 2 + (nn - k) * k) / nn;
-}
 
 // A dense causal attention core (flash style): 2 * heads * (d_qk + d_v) FLOPs per (query, key).
 int flash_attention(TapeBuilder& b, const std::string& name, std::vector<int> qkv, int64_t heads, int64_t d_qk,
@@ -26,7 +20,7 @@ int flash_attention(TapeBuilder& b, const std::string& name, std::vector<int> qk
   op.op.kind = OpKind::flash_attention;
   op.op.dtype = c.compute;
   op.op.m = t;
-  op.op.flops = 2.0 * static_cast<double>(t * heads * (d_qk + d_v)) * mean_keys(c.seq_len, c.seq_len);
+  op.op.flops = 2.0 * static_cast<double>(t * heads * (d_qk + d_v)) * mean_causal_keys(c.seq_len, c.seq_len);
   for (int in : qkv) op.op.bytes_read += b.tape().tensors()[static_cast<size_t>(in)].desc.bytes();
   op.op.bytes_written = bytes_of(t * heads * d_v, c.act) + bytes_of(t * heads, Dtype::fp32);
   op.name = name + ".flash_attention";
@@ -143,7 +137,7 @@ int mla_dsa_block(TapeBuilder& b, int x) {
   const int w_idx = b.gemm("indexer.weights_proj", x, t, d, ih);
   const int k_idx_all = gather_context(b, "indexer.k", k_idx, ix.head_dim);
   const int ckv_all = gather_context(b, "attn.latent", ckv, latent);
-  const double pairs = static_cast<double>(t) * mean_keys(c.seq_len, c.seq_len);
+  const double pairs = static_cast<double>(t) * mean_causal_keys(c.seq_len, c.seq_len);
   const double indexer_flops = 2.0 * static_cast<double>(ih * ix.head_dim) * pairs;
   const int64_t kept_keys = std::min(ix.top_k, c.seq_len);
   const int idx = b.tensor(t, kept_keys, "indexer.topk_indices", Dtype::int32, false);
@@ -196,7 +190,7 @@ int mla_dsa_block(TapeBuilder& b, int x) {
     b.add(tk);
   }
   const double sparse_flops =
-      2.0 * static_cast<double>(t * h * (latent + a.kv_lora_rank)) * mean_keys(c.seq_len, ix.top_k);
+      2.0 * static_cast<double>(t * h * (latent + a.kv_lora_rank)) * mean_causal_keys(c.seq_len, ix.top_k);
   int o_lat = b.act_tensor(t, h * a.kv_lora_rank, "attn.sparse_out");
   if (c.fused.dsa) {
     TapeOp sfa;  // SFA forward / SFAG backward: gathers the selected latents on chip

@@ -94,13 +94,6 @@ Block attention_block(const ModelSpec& m, AttentionKind kind) {
   return {};
 }
 
-double mean_min_topk(int64_t top_k, int64_t n) {
-  // mean over t = 1..n of min(top_k, t)
-  const double k = static_cast<double>(top_k);
-  const double nn = static_cast<double>(n);
-  if (n <= top_k) return (nn + 1) / 2;
-  return (k * (k + 1) / 2 + (nn - k) * k) / nn;
-}
 
 int64_t vision_params(const VisionSpec& v) {
   const int64_t w = v.hidden_size;
@@ -118,6 +111,13 @@ int64_t vision_projector_params(const VisionSpec& v, int64_t d) {
 }
 
 }  // namespace
+
+double mean_causal_keys(int64_t n, int64_t limit) {
+  const double k = static_cast<double>(limit);
+  const double nn = static_cast<double>(n);
+  if (n <= limit) return (nn + 1) / 2;
+  return (k * (k + 1) / 2 + (nn - k) * k) / nn;
+}
 
 int64_t attention_params(const ModelSpec& model, AttentionKind kind) { return attention_block(model, kind).total(); }
 int64_t dsa_indexer_params(const ModelSpec& model) { return dsa_indexer_block(model).total(); }
@@ -250,7 +250,7 @@ std::map<std::string, double> attention_core_flops(const ModelSpec& m, Attention
       out["dsa_indexer"] = static_cast<double>(x.num_heads * x.head_dim) * (n + 1);
       // Absorbed (MQA) form: each selected latent (kv_lora + rope) is the key, the latent the value.
       out["dsa_sparse_attention"] = 2.0 * static_cast<double>(a.num_heads * (2 * a.kv_lora_rank + a.qk_rope_head_dim)) *
-                                    mean_min_topk(x.top_k, seq_len);
+                                    mean_causal_keys(seq_len, x.top_k);
       break;
     }
     case AttentionKind::kda: {

@@ -67,6 +67,9 @@ LayerParams layer_params(const ModelSpec& model, int64_t layer);
 int64_t attention_params(const ModelSpec& model, AttentionKind kind);  // excluding the indexer
 int64_t dsa_indexer_params(const ModelSpec& model);
 int64_t routed_expert_params(const ModelSpec& model);  // one expert
+// Mean keys per query over a causal sequence of n tokens when a query reads at most `limit` keys:
+// mean over t = 1..n of min(limit, t). limit = n gives (n + 1) / 2.
+double mean_causal_keys(int64_t n, int64_t limit);
 // Attention-core forward FLOPs per token at sequence length N for one layer of `kind`
 // (excluding projections, which are matmul FLOPs).
 std::map<std::string, double> attention_core_flops(const ModelSpec& model, AttentionKind kind, int64_t seq_len);

@@ -153,6 +153,20 @@ void declare_fields(F& f, ModelSpec& s) {
   f.maybe("vision", s.vision, "Vision encoder; absent: text only.");
 }
 
+bool ModelSpec::uses(AttentionKind kind) const {
+  for (const auto& l : layer_kinds) {
+    if (l.attention == kind) return true;
+  }
+  return false;
+}
+
+bool ModelSpec::uses(FfnKind kind) const {
+  for (const auto& l : layer_kinds) {
+    if (l.ffn == kind) return true;
+  }
+  return false;
+}
+
 int64_t ModelSpec::attention_heads(AttentionKind kind) const {
   switch (kind) {
     case AttentionKind::mha:
@@ -214,19 +228,6 @@ class ModelChecker {
     }
   }
 
-  bool uses(AttentionKind k) const {
-    for (const auto& l : m_.layer_kinds) {
-      if (l.attention == k) return true;
-    }
-    return false;
-  }
-  bool uses(FfnKind k) const {
-    for (const auto& l : m_.layer_kinds) {
-      if (l.ffn == k) return true;
-    }
-    return false;
-  }
-
   // A block is configured if and only if some layer uses it.
   template <class T>
   void need(const std::optional<T>& block, bool used, const std::string& key, const std::string& user) const {
@@ -235,12 +236,12 @@ class ModelChecker {
   }
 
   void check_blocks() {
-    need(m_.gqa, uses(AttentionKind::gqa) || uses(AttentionKind::mha), "gqa", "mha/gqa");
-    need(m_.mla, uses(AttentionKind::mla) || uses(AttentionKind::mla_dsa), "mla", "mla/mla_dsa");
-    need(m_.dsa_indexer, uses(AttentionKind::mla_dsa), "dsa_indexer", "mla_dsa");
-    need(m_.kda, uses(AttentionKind::kda), "kda", "kda");
-    need(m_.dense_ffn, uses(FfnKind::dense), "dense_ffn", "dense FFN");
-    need(m_.moe, uses(FfnKind::moe), "moe", "MoE");
+    need(m_.gqa, m_.uses(AttentionKind::gqa) || m_.uses(AttentionKind::mha), "gqa", "mha/gqa");
+    need(m_.mla, m_.uses(AttentionKind::mla) || m_.uses(AttentionKind::mla_dsa), "mla", "mla/mla_dsa");
+    need(m_.dsa_indexer, m_.uses(AttentionKind::mla_dsa), "dsa_indexer", "mla_dsa");
+    need(m_.kda, m_.uses(AttentionKind::kda), "kda", "kda");
+    need(m_.dense_ffn, m_.uses(FfnKind::dense), "dense_ffn", "dense FFN");
+    need(m_.moe, m_.uses(FfnKind::moe), "moe", "MoE");
   }
 
   void check_attention() {
@@ -250,7 +251,7 @@ class ModelChecker {
         fail("/gqa/num_kv_heads", "must divide num_heads (" + std::to_string(g.num_heads) + "), got " +
                                       std::to_string(g.num_kv_heads));
       }
-      if (uses(AttentionKind::mha) && g.num_kv_heads != g.num_heads) {
+      if (m_.uses(AttentionKind::mha) && g.num_kv_heads != g.num_heads) {
         fail("/gqa/num_kv_heads", "mha layers need num_kv_heads == num_heads; use gqa for grouped heads");
       }
     }

@@ -161,6 +161,9 @@ struct ModelSpec {
   // Derived at load time from `layers`: the kinds of layer i+1 at index i.
   std::vector<LayerKinds> layer_kinds;
 
+  // Whether some layer uses this kind (valid once layer_kinds is resolved).
+  bool uses(AttentionKind kind) const;
+  bool uses(FfnKind kind) const;
   // Heads of the attention kind `kind` (for tensor-parallel divisibility and FLOPs).
   int64_t attention_heads(AttentionKind kind) const;
   Dtype routed_expert_dtype() const { return expert_weight_dtype.value_or(weight_dtype); }

@@ -33,19 +33,6 @@ class ScenarioChecker {
     throw InputError(s_.file, path, message);
   }
 
-  bool model_uses(AttentionKind k) const {
-    for (const auto& l : model_.layer_kinds) {
-      if (l.attention == k) return true;
-    }
-    return false;
-  }
-  bool model_uses(FfnKind k) const {
-    for (const auto& l : model_.layer_kinds) {
-      if (l.ffn == k) return true;
-    }
-    return false;
-  }
-
   void check_devices() const {
     const int64_t n = spec_.num_devices;
     if (hw_.max_devices && n > *hw_.max_devices) {
@@ -155,7 +142,7 @@ class ScenarioChecker {
       case LoraTarget::q_b_proj: return q_lora;
       case LoraTarget::kv_a_proj:
       case LoraTarget::kv_b_proj: return has_mla;
-      case LoraTarget::dense_ffn: return model_uses(FfnKind::dense);
+      case LoraTarget::dense_ffn: return model_.uses(FfnKind::dense);
       case LoraTarget::shared_experts: return model_.moe && model_.moe->num_shared_experts > 0;
       case LoraTarget::routed_experts: return model_.moe.has_value();
       case LoraTarget::latent_proj: return model_.moe && model_.moe->latent_size > 0;
@@ -202,7 +189,7 @@ class ScenarioChecker {
       case SwapTarget::expert_gmm_up:
       case SwapTarget::expert_gmm_down: return model_.moe.has_value();
       case SwapTarget::shared_expert_up: return model_.moe && model_.moe->num_shared_experts > 0;
-      case SwapTarget::dense_ffn_up: return model_uses(FfnKind::dense);
+      case SwapTarget::dense_ffn_up: return model_.uses(FfnKind::dense);
       case SwapTarget::latent_down: return model_.moe && model_.moe->latent_size > 0;
     }
     return false;
@@ -267,8 +254,8 @@ class ScenarioChecker {
 
   void check_fused_ops() const {
     const auto& f = spec_.fused_ops;
-    if (f.dsa && !model_uses(AttentionKind::mla_dsa)) fail("/fused_ops/dsa", model_.name + " has no mla_dsa layers");
-    if (f.kda && !model_uses(AttentionKind::kda)) fail("/fused_ops/kda", model_.name + " has no kda layers");
+    if (f.dsa && !model_.uses(AttentionKind::mla_dsa)) fail("/fused_ops/dsa", model_.name + " has no mla_dsa layers");
+    if (f.kda && !model_.uses(AttentionKind::kda)) fail("/fused_ops/kda", model_.name + " has no kda layers");
     if (f.permute_gemm && !model_.moe) fail("/fused_ops/permute_gemm", model_.name + " has no MoE layers");
   }
 

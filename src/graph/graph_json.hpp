@@ -9,7 +9,7 @@
 // Caveats: the import checks structure, names, types, ranges and indices (a dependency must name
 // an earlier op, an effect an existing buffer), not the graph's semantics (memory balance, p2p
 // pairing, collective order: see graph_checks.hpp). Files are whole-document JSON, so a graph is
-// held in memory twice while it is written or read (8 MB of text for the default scenario).
+// held in memory twice while it is written or read (about 11 MB of text for the default scenario).
 #pragma once
 
 #include <string>

@@ -333,6 +333,16 @@ class StepBuilder {
     int64_t producer;
   };
 
+  // Sends a boundary tensor to another stage once it is produced; the local copy ends with the send.
+  void send_away(ProgramWriter& w, int64_t offset, int64_t micro, int64_t layer, Phase phase, double bytes,
+                 const std::string& name, Boundary what) {
+    const uint32_t s = p2p(w, OpKind::send, offset, micro, layer, phase, bytes, name);
+    if (w.program().ops[static_cast<size_t>(what.producer)].stream != w.program().ops[s].stream) {
+      w.depend(s, static_cast<uint32_t>(what.producer));
+    }
+    w.effect(s, what.buffer, MemAction::free);
+  }
+
   void forward(ProgramWriter& w, int64_t micro, int64_t g, const std::vector<int64_t>& layers) {
     const auto& pp = spec_.parallel.pp;
     const int64_t stages = pp.stages;
@@ -357,11 +367,7 @@ class StepBuilder {
       loss_[micro] = emit_loss_forward(w, c_, policy_for(head), mi, h.buffer, static_cast<uint32_t>(h.producer));
     } else {
       const int64_t to = (g + 1) % stages - (g % stages);
-      const uint32_t sidx = p2p(w, OpKind::send, to, micro, layers.back(), Phase::fwd, hidden_bytes, "pp_send.activation");
-      if (w.program().ops[static_cast<size_t>(h.producer)].stream != w.program().ops[sidx].stream) {
-        w.depend(sidx, static_cast<uint32_t>(h.producer));
-      }
-      w.effect(sidx, h.buffer, MemAction::free);
+      send_away(w, to, micro, layers.back(), Phase::fwd, hidden_bytes, "pp_send.activation", h);
     }
   }
 
@@ -437,11 +443,7 @@ class StepBuilder {
       }
     } else {
       const int64_t to = (g - 1) % stages - (g % stages);
-      const uint32_t s = p2p(w, OpKind::send, to, micro, layers.front(), Phase::bwd, hidden_bytes, "pp_send.gradient");
-      if (w.program().ops[static_cast<size_t>(grad.producer)].stream != w.program().ops[s].stream) {
-        w.depend(s, static_cast<uint32_t>(grad.producer));
-      }
-      w.effect(s, grad.buffer, MemAction::free);
+      send_away(w, to, micro, layers.front(), Phase::bwd, hidden_bytes, "pp_send.gradient", grad);
     }
   }
 

@@ -41,6 +41,10 @@ struct EngineOptions {
   bool record_timeline = false;       // keep every op execution (for traces)
   int64_t record_memory_ranks = 1;    // memory samples for the first N ranks (when recording)
   std::vector<double> rank_speed;     // per-rank slowdown factors (1 = nominal); empty: all 1
+  // Simulate one representative per class of interchangeable ranks (same program, same speed,
+  // same classes of peers in every group) instead of every rank; see engine.cpp. Exact when the
+  // members' loads are equal; with sampled routing each class runs its slowest member's loads.
+  bool distinct_ranks = false;
 };
 
 struct RankMemory {

@@ -37,6 +37,7 @@ struct Options {
   std::string memory_csv;
   int64_t steps = 0;
   int64_t trace_ranks = 8;
+  bool distinct_ranks = false;
   std::string graph_file;
   bool markdown = false;
 };
@@ -60,6 +61,9 @@ int main(int argc, char** argv) {
   simulate->add_option("--memory-csv", opt.memory_csv, "Write rank 0's memory over time (first sampled step)");
   simulate->add_option("--steps", opt.steps, "Sampled steps (default: the scenario's routing.num_sampled_steps)")
       ->check(CLI::Range(int64_t{1}, int64_t{1000}));
+  simulate->add_flag("--distinct-ranks", opt.distinct_ranks,
+                     "Simulate one representative per class of interchangeable ranks (exact for equal loads; "
+                     "with sampled routing each class runs its slowest member's loads)");
 
   auto* model_cmd = app.add_subcommand("model", "Model accounting")->require_subcommand(1);
   auto* model_info = model_cmd->add_subcommand("info", "Parameters, active parameters, weight bytes and FLOPs per token");
@@ -121,6 +125,7 @@ int main(int argc, char** argv) {
       for (int64_t step = 0; step < steps; ++step) {
         EngineOptions eo;
         eo.step = step;
+        eo.distinct_ranks = opt.distinct_ranks;
         eo.record_timeline = step == 0 && (!opt.trace.empty() || !opt.memory_csv.empty());
         results.push_back(engine.run(eo));
       }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "engine/engine.hpp"
 
+#include "engine/rank_classes.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -88,8 +90,15 @@ struct Flow {
 // Routing of one MoE layer's micro-batch over one EP group, shared by its dispatch, combine and
 // their backward (the same tokens travel).
 struct RoutingSample {
-  std::vector<double> wire_bytes;     // per member: max(sent, received) off the rank
-  std::vector<double> received_rows;  // per member: assignments its experts process
+  std::vector<double> wire_assignments;  // per member: max(sent, received) off the rank
+  std::vector<double> received_rows;     // per member: assignments its experts process
+  double worst_wire_assignments = 0;
+};
+
+// One simulated slot's MoE work in one layer and micro-batch (see Engine::Impl::load_of).
+struct SlotLoad {
+  double rows = 0;              // assignments its experts process
+  double wire_assignments = 0;  // its EP group's busiest member's all-to-all traffic
 };
 
 // Op names start with their unit ("layer12."); the layers' ops of one kind add up under one name.
@@ -118,6 +127,7 @@ struct Engine::Impl {
   int64_t num_ranks;
   int64_t domain_size;
   std::array<GroupPlacement, kNumGroupKinds> placement{};
+  std::vector<int32_t> rank_program;  // program of each rank, looked up once
 
   Impl(const StepGraph& graph, const CostModel& c) : g(graph), cost(c) {
     for (const Program& p : g.programs) index.emplace_back(p);
@@ -138,12 +148,20 @@ struct Engine::Impl {
   }
 
   // ---- per-run state ----
+  // The ranks simulated, "slots": every rank, or with distinct_ranks one representative per class
+  // of interchangeable ranks (rank_classes.hpp). All per-rank state below is per slot.
   EngineOptions opt;
+  bool distinct = false;
+  RankClasses classes;                 // distinct mode only
+  std::vector<int32_t> slot_rank;      // the rank each slot simulates
+  int64_t num_slots = 0;
   StepResult result;
+  std::vector<Picoseconds> slot_end;
+  std::vector<RankMemory> slot_memory;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
   uint64_t next_seq = 0;
   uint64_t last_version = 0;
-  std::vector<std::vector<int32_t>> remaining;  // per rank, per op
+  std::vector<std::vector<int32_t>> remaining;  // per slot, per op
   std::vector<std::vector<Picoseconds>> started;
   std::vector<std::vector<Picoseconds>> ended;
   std::vector<int32_t> comm_in_flight;
@@ -151,11 +169,11 @@ struct Engine::Impl {
   std::vector<std::array<Picoseconds, kNumOpKinds>> busy;
   struct Instance {
     int32_t arrived = 0;
-    std::vector<std::pair<int32_t, uint32_t>> members;
+    std::vector<std::pair<int32_t, uint32_t>> members;  // (slot, op)
   };
   std::map<std::tuple<int, int64_t, int32_t>, Instance> instances;
   // Point-to-point: the n-th message of a (group kind, sender, receiver) pairs the n-th send with
-  // the n-th receive.
+  // the n-th receive (sender and receiver as slots).
   std::map<std::tuple<int, int64_t, int64_t, int64_t>, std::vector<std::pair<int32_t, uint32_t>>> p2p_waiting;
   std::map<std::tuple<int, int64_t, int64_t>, int64_t> p2p_count;
   std::vector<Flow> flows;
@@ -165,20 +183,42 @@ struct Engine::Impl {
   std::vector<std::vector<uint32_t>> port_flows;  // active flows crossing each port
   std::vector<uint64_t> port_stamp, flow_stamp;   // visited marks of the component search
   uint64_t stamp = 0;
-  std::map<std::tuple<int32_t, int32_t, int64_t>, RoutingSample> routing;  // (layer, micro, group id)
+  std::map<std::tuple<int32_t, int32_t, int64_t>, RoutingSample> routing;  // (layer, micro, EP group id)
+  std::map<std::tuple<int32_t, int32_t, int32_t>, SlotLoad> slot_load;     // (layer, micro, slot)
 
-  void schedule(Picoseconds t, EventKind kind, int32_t rank, uint32_t id, uint64_t version = 0) {
-    events.push(Event{t, next_seq++, kind, rank, id, version});
+  void schedule(Picoseconds t, EventKind kind, int32_t slot, uint32_t id, uint64_t version = 0) {
+    events.push(Event{t, next_seq++, kind, slot, id, version});
   }
 
-  std::vector<int32_t> rank_program;  // program of each rank, looked up once
-  const Program& program_of(int32_t rank) const { return g.programs[static_cast<size_t>(rank_program[static_cast<size_t>(rank)])]; }
+  int32_t rank_of_slot(int32_t slot) const { return slot_rank[static_cast<size_t>(slot)]; }
+  int32_t slot_of(int64_t rank) const { return distinct ? classes.class_of[static_cast<size_t>(rank)] : static_cast<int32_t>(rank); }
+  const Program& program_of(int32_t slot) const {
+    return g.programs[static_cast<size_t>(rank_program[static_cast<size_t>(rank_of_slot(slot))])];
+  }
 
-  void apply_effects(int32_t rank, const Op& op, bool at_start, Picoseconds t, uint32_t op_index) {
+  // The slots a collective of `kind` on `slot` waits for: its group's members, or their classes.
+  int64_t group_need(int32_t slot, GroupKind kind) const {
+    return distinct ? static_cast<int64_t>(classes.group_classes[static_cast<size_t>(kind)][static_cast<size_t>(slot)].size())
+                    : g.plan.group_size(kind);
+  }
+  int64_t group_key(int32_t slot, GroupKind kind) const {
+    return distinct ? classes.group_classes[static_cast<size_t>(kind)][static_cast<size_t>(slot)].front()
+                    : g.plan.group_id(slot, kind);
+  }
+  template <typename F>
+  void for_each_group_slot(int32_t slot, GroupKind kind, F&& f) const {
+    if (distinct) {
+      for (int32_t s : classes.group_classes[static_cast<size_t>(kind)][static_cast<size_t>(slot)]) f(s);
+    } else {
+      for (int64_t m = 0; m < g.plan.group_size(kind); ++m) f(static_cast<int32_t>(g.plan.member(slot, kind, m)));
+    }
+  }
+
+  void apply_effects(int32_t slot, const Op& op, bool at_start, Picoseconds t, uint32_t op_index) {
     if (op.num_effects == 0) return;
-    const Program& p = program_of(rank);
-    auto& h = hbm[static_cast<size_t>(rank)];
-    auto& d = ddr[static_cast<size_t>(rank)];
+    const Program& p = program_of(slot);
+    auto& h = hbm[static_cast<size_t>(slot)];
+    auto& d = ddr[static_cast<size_t>(slot)];
     for (const MemEffect& e : p.effects_of(op)) {
       const double bytes = p.buffers[e.buffer].bytes;
       switch (e.action) {
@@ -188,7 +228,7 @@ struct Engine::Impl {
         case MemAction::to_device: (at_start ? h : d) += at_start ? bytes : -bytes; break;
       }
     }
-    RankMemory& m = result.memory[static_cast<size_t>(rank)];
+    RankMemory& m = slot_memory[static_cast<size_t>(slot)];
     if (h > m.peak_hbm_bytes) {
       m.peak_hbm_bytes = h;
       m.peak_time = t;
@@ -196,29 +236,21 @@ struct Engine::Impl {
     }
     m.peak_ddr_bytes = std::max(m.peak_ddr_bytes, d);
     m.min_hbm_bytes = std::min(m.min_hbm_bytes, h);
-    if (opt.record_timeline && rank < opt.record_memory_ranks) {
-      result.timeline.memory.push_back(MemorySample{rank, t, h, d});
+    if (opt.record_timeline && rank_of_slot(slot) < opt.record_memory_ranks) {
+      result.timeline.memory.push_back(MemorySample{rank_of_slot(slot), t, h, d});
     }
   }
 
-  double rows_scale(int32_t rank, const Op& op) const {
-    if (op.routing_layer < 0 || !g.routing || (op.kind != OpKind::grouped_gemm && op.kind != OpKind::lora_gemm)) return 1.0;
-    const int64_t gid = g.plan.group_id(rank, GroupKind::ep);
-    auto it = routing.find({op.routing_layer, op.micro, gid});
-    if (it == routing.end()) return 1.0;
-    const double expected = static_cast<double>(g.tokens_per_micro_batch * g.routing->top_k());
-    return it->second.received_rows[static_cast<size_t>(g.plan.group_rank(rank, GroupKind::ep))] / expected;
-  }
-
-  const RoutingSample& sample_routing(int32_t layer, int32_t micro, int32_t rank, double per_assignment_bytes) {
+  // The sampled routing of one EP group (all its members' send counts) in one layer and micro-batch.
+  const RoutingSample& group_routing(int32_t layer, int32_t micro, int64_t rank) {
     const int64_t gid = g.plan.group_id(rank, GroupKind::ep);
     auto [it, inserted] = routing.try_emplace({layer, micro, gid});
     if (!inserted) return it->second;
     const int64_t n = g.plan.group_size(GroupKind::ep);
     RoutingSample& s = it->second;
-    s.wire_bytes.assign(static_cast<size_t>(n), 0);
+    s.wire_assignments.assign(static_cast<size_t>(n), 0);
     s.received_rows.assign(static_cast<size_t>(n), 0);
-    std::vector<double> received_bytes(static_cast<size_t>(n), 0);
+    std::vector<double> received_off_rank(static_cast<size_t>(n), 0);
     std::vector<int64_t> counts(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
       const int64_t member = g.plan.member(rank, GroupKind::ep, i);
@@ -228,92 +260,127 @@ struct Engine::Impl {
         const double c = static_cast<double>(counts[static_cast<size_t>(j)]);
         s.received_rows[static_cast<size_t>(j)] += c;
         if (j != i) {
-          sent += c * per_assignment_bytes;
-          received_bytes[static_cast<size_t>(j)] += c * per_assignment_bytes;
+          sent += c;
+          received_off_rank[static_cast<size_t>(j)] += c;
         }
       }
-      s.wire_bytes[static_cast<size_t>(i)] = sent;
+      s.wire_assignments[static_cast<size_t>(i)] = sent;
     }
     for (int64_t i = 0; i < n; ++i) {
-      s.wire_bytes[static_cast<size_t>(i)] = std::max(s.wire_bytes[static_cast<size_t>(i)], received_bytes[static_cast<size_t>(i)]);
+      auto& w = s.wire_assignments[static_cast<size_t>(i)];
+      w = std::max(w, received_off_rank[static_cast<size_t>(i)]);
     }
+    s.worst_wire_assignments = *std::max_element(s.wire_assignments.begin(), s.wire_assignments.end());
     return s;
   }
 
-  void finish_op(int32_t rank, uint32_t op_index, Picoseconds t) {
-    const Program& p = program_of(rank);
+  // What a slot's MoE layer processes and sends: its rank's own rows, and its EP group's worst
+  // wire traffic (an all-to-all ends with its busiest member). A class stands for all its members,
+  // so it takes the largest of each over them: exact when their loads are equal, and otherwise
+  // the slowest member's loads (a bound; docs/performance.md measures how close).
+  const SlotLoad& load_of(int32_t layer, int32_t micro, int32_t slot) {
+    auto [it, inserted] = slot_load.try_emplace({layer, micro, slot});
+    if (!inserted) return it->second;
+    SlotLoad& l = it->second;
+    auto add = [&](int64_t rank) {
+      const RoutingSample& s = group_routing(layer, micro, rank);
+      l.rows = std::max(l.rows, s.received_rows[static_cast<size_t>(g.plan.group_rank(rank, GroupKind::ep))]);
+      l.wire_assignments = std::max(l.wire_assignments, s.worst_wire_assignments);
+    };
+    if (distinct) {
+      for (int32_t rank : classes.members[static_cast<size_t>(slot)]) add(rank);
+    } else {
+      add(slot);
+    }
+    return l;
+  }
+
+  double rows_scale(int32_t slot, const Op& op) {
+    if (op.routing_layer < 0 || !g.routing || (op.kind != OpKind::grouped_gemm && op.kind != OpKind::lora_gemm)) return 1.0;
+    if (g.plan.group_size(GroupKind::ep) <= 1) return 1.0;
+    const double expected = static_cast<double>(g.tokens_per_micro_batch * g.routing->top_k());
+    return load_of(op.routing_layer, op.micro, slot).rows / expected;
+  }
+
+  void finish_op(int32_t slot, uint32_t op_index, Picoseconds t) {
+    const Program& p = program_of(slot);
     const Op& op = p.ops[op_index];
-    apply_effects(rank, op, false, t, op_index);
-    const Picoseconds start = started[static_cast<size_t>(rank)][op_index];
-    ended[static_cast<size_t>(rank)][op_index] = t;
-    busy[static_cast<size_t>(rank)][static_cast<size_t>(op.kind)] += t - start;
-    if (is_communication(op.kind)) --comm_in_flight[static_cast<size_t>(rank)];
+    apply_effects(slot, op, false, t, op_index);
+    const Picoseconds start = started[static_cast<size_t>(slot)][op_index];
+    ended[static_cast<size_t>(slot)][op_index] = t;
+    busy[static_cast<size_t>(slot)][static_cast<size_t>(op.kind)] += t - start;
+    if (is_communication(op.kind)) --comm_in_flight[static_cast<size_t>(slot)];
     if (opt.record_timeline) {
       result.timeline.records.push_back(
-          ExecRecord{rank, static_cast<int32_t>(p.stage), op_index, op.stream, start, t});
+          ExecRecord{rank_of_slot(slot), static_cast<int32_t>(p.stage), op_index, op.stream, start, t});
     }
-    auto& rem = remaining[static_cast<size_t>(rank)];
+    auto& rem = remaining[static_cast<size_t>(slot)];
     const ProgramIndex& ix = index[static_cast<size_t>(p.stage)];
     for (uint32_t k = ix.succ_begin[op_index]; k < ix.succ_begin[op_index + 1]; ++k) {
       const uint32_t s = ix.succ[k];
-      if (--rem[s] == 0) start_op(rank, s, t);
+      if (--rem[s] == 0) start_op(slot, s, t);
     }
-    result.rank_end[static_cast<size_t>(rank)] = std::max(result.rank_end[static_cast<size_t>(rank)], t);
+    slot_end[static_cast<size_t>(slot)] = std::max(slot_end[static_cast<size_t>(slot)], t);
   }
 
-  void start_op(int32_t rank, uint32_t op_index, Picoseconds t) {
-    const Program& p = program_of(rank);
+  void start_op(int32_t slot, uint32_t op_index, Picoseconds t) {
+    const Program& p = program_of(slot);
     const Op& op = p.ops[op_index];
-    started[static_cast<size_t>(rank)][op_index] = t;
-    apply_effects(rank, op, true, t, op_index);
+    started[static_cast<size_t>(slot)][op_index] = t;
+    apply_effects(slot, op, true, t, op_index);
     if (!is_communication(op.kind)) {
-      double seconds = cost.kernel_seconds(op, rows_scale(rank, op));
-      if (!opt.rank_speed.empty()) seconds *= opt.rank_speed[static_cast<size_t>(rank)];
-      if (op.stream == Stream::compute && comm_in_flight[static_cast<size_t>(rank)] > 0) {
+      double seconds = cost.kernel_seconds(op, rows_scale(slot, op));
+      if (!opt.rank_speed.empty()) seconds *= opt.rank_speed[static_cast<size_t>(rank_of_slot(slot))];
+      if (op.stream == Stream::compute && comm_in_flight[static_cast<size_t>(slot)] > 0) {
         seconds *= 1 + cost.hardware().efficiency.overlap_slowdown;
       }
-      schedule(t + to_ps(seconds), EventKind::op_done, rank, op_index);
+      schedule(t + to_ps(seconds), EventKind::op_done, slot, op_index);
       return;
     }
-    ++comm_in_flight[static_cast<size_t>(rank)];
+    ++comm_in_flight[static_cast<size_t>(slot)];
     if (is_p2p(op.kind)) {
-      start_p2p(rank, op_index, op, t);
+      start_p2p(slot, op_index, op, t);
       return;
     }
-    const int64_t gid = g.plan.group_id(rank, op.group);
+    const int64_t key = group_key(slot, op.group);
     const int32_t match = index[static_cast<size_t>(p.stage)].match[op_index];
-    Instance& inst = instances[{static_cast<int>(op.group), gid, match}];
-    inst.members.emplace_back(rank, op_index);
-    if (++inst.arrived < g.plan.group_size(op.group)) return;
+    Instance& inst = instances[{static_cast<int>(op.group), key, match}];
+    inst.members.emplace_back(slot, op_index);
+    if (++inst.arrived < group_need(slot, op.group)) return;
     // Everyone is here: the transfer starts after its latency.
     const GroupPlacement& gp = placement[static_cast<size_t>(op.group)];
     double bytes = op.comm_bytes;
     if (op.kind == OpKind::all_to_all && g.routing && op.routing_layer >= 0 && gp.size > 1) {
+      // All-to-all-v: sized by the busiest member's traffic, in nccl-tests' convention.
       const double assignments = static_cast<double>(g.tokens_per_micro_batch * g.routing->top_k());
-      const RoutingSample& s = sample_routing(op.routing_layer, op.micro, rank, op.comm_bytes / assignments);
-      const double worst = *std::max_element(s.wire_bytes.begin(), s.wire_bytes.end());
-      bytes = worst * static_cast<double>(gp.size) / static_cast<double>(gp.size - 1);
+      double worst = 0;
+      for (const auto& [s, i] : inst.members) worst = std::max(worst, load_of(op.routing_layer, op.micro, s).wire_assignments);
+      bytes = worst * (op.comm_bytes / assignments) * static_cast<double>(gp.size) / static_cast<double>(gp.size - 1);
     }
     const CollectiveCost c = cost.collective(op.kind, bytes, gp);
     launch_flow(std::move(inst.members), c, t, gp.size > 1);
-    instances.erase({static_cast<int>(op.group), gid, match});
+    instances.erase({static_cast<int>(op.group), key, match});
   }
 
-  void start_p2p(int32_t rank, uint32_t op_index, const Op& op, Picoseconds t) {
+  void start_p2p(int32_t slot, uint32_t op_index, const Op& op, Picoseconds t) {
+    const int64_t rank = rank_of_slot(slot);
     const int64_t me = g.plan.group_rank(rank, op.group);
     const int64_t peer_index = me + op.peer_offset;
     if (peer_index < 0 || peer_index >= g.plan.group_size(op.group)) {
-      schedule(t, EventKind::op_done, rank, op_index);  // the first or last member: nothing to exchange
+      schedule(t, EventKind::op_done, slot, op_index);  // the first or last member: nothing to exchange
       return;
     }
     const int64_t peer = g.plan.member(rank, op.group, peer_index);
-    const int64_t sender = op.kind == OpKind::send ? rank : peer;
-    const int64_t receiver = op.kind == OpKind::send ? peer : rank;
-    const int side = op.kind == OpKind::send ? 1 : 0;
-    const int64_t nth = p2p_count[{static_cast<int>(op.group) * 2 + side, sender, receiver}]++;
-    const std::tuple<int, int64_t, int64_t, int64_t> key{static_cast<int>(op.group), sender, receiver, nth};
+    const bool sends = op.kind == OpKind::send;
+    const int64_t sender = sends ? rank : peer;
+    const int64_t receiver = sends ? peer : rank;
+    const int64_t sender_slot = slot_of(sender);
+    const int64_t receiver_slot = slot_of(receiver);
+    const int nth_key = static_cast<int>(op.group) * 2 + (sends ? 1 : 0);
+    const int64_t nth = p2p_count[{nth_key, sender_slot, receiver_slot}]++;
+    const std::tuple<int, int64_t, int64_t, int64_t> key{static_cast<int>(op.group), sender_slot, receiver_slot, nth};
     auto& waiting = p2p_waiting[key];
-    waiting.emplace_back(rank, op_index);
+    waiting.emplace_back(slot, op_index);
     if (waiting.size() < 2) return;
     GroupPlacement gp{2, sender / domain_size == receiver / domain_size ? 1 : 2, 1};
     const CollectiveCost c = cost.collective(OpKind::send, op.comm_bytes, gp);
@@ -340,7 +407,7 @@ struct Engine::Impl {
     f.remaining = up_s + out_s;
     if (uses_fabric && f.remaining > 0) {
       const int port = out_s > up_s ? 1 : 0;  // the phase that dominates decides the port shared
-      for (const auto& [rank, op] : f.members) f.ports.push_back(rank * 2 + port);
+      for (const auto& [slot, op] : f.members) f.ports.push_back(slot * 2 + port);
     }
     schedule(t + to_ps(c.latency_s), EventKind::transfer_start, 0, id);
   }
@@ -436,32 +503,32 @@ struct Engine::Impl {
   // Walks back from the op that ends the step: each op's start was set by the predecessor that
   // ended last (its queue predecessor or an explicit dependency); a collective's start by the
   // member that arrived last, possibly on another rank. The ops on that chain, summed by name.
-  void critical_path() {
-    int32_t rank = result.slowest_rank;
-    const Program* p = &program_of(rank);
+  void critical_path(int32_t slowest_slot) {
+    int32_t slot = slowest_slot;
+    const Program* p = &program_of(slot);
     int64_t op = -1;
     for (uint32_t i = 0; i < p->ops.size(); ++i) {
-      if (op < 0 || ended[static_cast<size_t>(rank)][i] > ended[static_cast<size_t>(rank)][static_cast<size_t>(op)]) op = i;
+      if (op < 0 || ended[static_cast<size_t>(slot)][i] > ended[static_cast<size_t>(slot)][static_cast<size_t>(op)]) op = i;
     }
     std::unordered_map<std::string, Picoseconds> by_name;
     int64_t length = 0;
     while (op >= 0) {
       const auto i = static_cast<uint32_t>(op);
       const Op& o = p->ops[i];
-      const auto& st = started[static_cast<size_t>(rank)];
-      const auto& en = ended[static_cast<size_t>(rank)];
+      const auto& st = started[static_cast<size_t>(slot)];
+      const auto& en = ended[static_cast<size_t>(slot)];
       by_name[folded_name(p->names[o.name])] += en[i] - st[i];
       ++length;
       if (is_collective(o.kind)) {
         // The member that arrived last held the collective back.
-        for (int64_t m = 0; m < g.plan.group_size(o.group); ++m) {
-          const auto member = static_cast<int32_t>(g.plan.member(rank, o.group, m));
-          if (rank_program[static_cast<size_t>(member)] != rank_program[static_cast<size_t>(rank)]) continue;
-          if (started[static_cast<size_t>(member)][i] > started[static_cast<size_t>(rank)][i]) rank = member;
-        }
+        const int32_t here = slot;
+        for_each_group_slot(here, o.group, [&](int32_t member) {
+          if (rank_program[static_cast<size_t>(rank_of_slot(member))] != rank_program[static_cast<size_t>(rank_of_slot(here))]) return;
+          if (started[static_cast<size_t>(member)][i] > started[static_cast<size_t>(slot)][i]) slot = member;
+        });
       }
       const ProgramIndex& ix = index[static_cast<size_t>(p->stage)];
-      const auto& en2 = ended[static_cast<size_t>(rank)];
+      const auto& en2 = ended[static_cast<size_t>(slot)];
       int64_t best = ix.queue_pred[i];
       for (uint32_t d : p->deps_of(p->ops[i])) {
         if (best < 0 || en2[d] > en2[static_cast<size_t>(best)]) best = d;
@@ -472,18 +539,34 @@ struct Engine::Impl {
     result.critical_path_length = length;
   }
 
+  void assign_slots() {
+    distinct = opt.distinct_ranks;
+    slot_rank.clear();
+    if (distinct) {
+      classes = interchangeable_ranks(g.plan, rank_program, opt.rank_speed);
+      for (int32_t c = 0; c < classes.size(); ++c) slot_rank.push_back(classes.representative(c));
+    } else {
+      classes = RankClasses{};
+      for (int32_t r = 0; r < num_ranks; ++r) slot_rank.push_back(r);
+    }
+    num_slots = static_cast<int64_t>(slot_rank.size());
+  }
+
   StepResult run(const EngineOptions& options) {
     opt = options;
+    assign_slots();
     result = StepResult{};
-    result.rank_end.assign(static_cast<size_t>(num_ranks), 0);
-    result.memory.assign(static_cast<size_t>(num_ranks), RankMemory{});
-    remaining.assign(static_cast<size_t>(num_ranks), {});
-    started.assign(static_cast<size_t>(num_ranks), {});
-    ended.assign(static_cast<size_t>(num_ranks), {});
-    comm_in_flight.assign(static_cast<size_t>(num_ranks), 0);
-    hbm.assign(static_cast<size_t>(num_ranks), 0);
-    ddr.assign(static_cast<size_t>(num_ranks), 0);
-    busy.assign(static_cast<size_t>(num_ranks), {});
+    result.num_simulated_ranks = num_slots;
+    const auto n = static_cast<size_t>(num_slots);
+    slot_end.assign(n, 0);
+    slot_memory.assign(n, RankMemory{});
+    remaining.assign(n, {});
+    started.assign(n, {});
+    ended.assign(n, {});
+    comm_in_flight.assign(n, 0);
+    hbm.assign(n, 0);
+    ddr.assign(n, 0);
+    busy.assign(n, {});
     instances.clear();
     p2p_waiting.clear();
     p2p_count.clear();
@@ -491,27 +574,28 @@ struct Engine::Impl {
     free_flows.clear();
     last_version = 0;
     routing.clear();
-    port_capacity.assign(static_cast<size_t>(num_ranks * 2), 1.0);
-    port_unfixed.assign(static_cast<size_t>(num_ranks * 2), 0);
-    port_flows.assign(static_cast<size_t>(num_ranks * 2), {});
-    port_stamp.assign(static_cast<size_t>(num_ranks * 2), 0);
+    slot_load.clear();
+    port_capacity.assign(n * 2, 1.0);
+    port_unfixed.assign(n * 2, 0);
+    port_flows.assign(n * 2, {});
+    port_stamp.assign(n * 2, 0);
     flow_stamp.clear();
     stamp = 0;
-    for (int32_t r = 0; r < num_ranks; ++r) {
-      const Program& p = program_of(r);
+    for (int32_t s = 0; s < num_slots; ++s) {
+      const Program& p = program_of(s);
       const double persistent = p.persistent.total();
-      hbm[static_cast<size_t>(r)] = persistent;
-      result.memory[static_cast<size_t>(r)].persistent_bytes = persistent;
-      result.memory[static_cast<size_t>(r)].peak_hbm_bytes = persistent;
-      result.memory[static_cast<size_t>(r)].min_hbm_bytes = persistent;
-      remaining[static_cast<size_t>(r)] = index[static_cast<size_t>(p.stage)].num_preds;
-      started[static_cast<size_t>(r)].assign(p.ops.size(), 0);
-      ended[static_cast<size_t>(r)].assign(p.ops.size(), 0);
+      hbm[static_cast<size_t>(s)] = persistent;
+      slot_memory[static_cast<size_t>(s)].persistent_bytes = persistent;
+      slot_memory[static_cast<size_t>(s)].peak_hbm_bytes = persistent;
+      slot_memory[static_cast<size_t>(s)].min_hbm_bytes = persistent;
+      remaining[static_cast<size_t>(s)] = index[static_cast<size_t>(p.stage)].num_preds;
+      started[static_cast<size_t>(s)].assign(p.ops.size(), 0);
+      ended[static_cast<size_t>(s)].assign(p.ops.size(), 0);
     }
-    for (int32_t r = 0; r < num_ranks; ++r) {
-      const auto& rem = remaining[static_cast<size_t>(r)];
+    for (int32_t s = 0; s < num_slots; ++s) {
+      const auto& rem = remaining[static_cast<size_t>(s)];
       for (uint32_t i = 0; i < rem.size(); ++i) {
-        if (rem[i] == 0) start_op(r, i, 0);
+        if (rem[i] == 0) start_op(s, i, 0);
       }
     }
     while (!events.empty()) {
@@ -527,22 +611,27 @@ struct Engine::Impl {
           deactivate(e.id, e.time);
           auto members = std::move(f.members);
           free_flows.push_back(e.id);
-          for (const auto& [rank, op] : members) finish_op(rank, op, e.time);
+          for (const auto& [slot, op] : members) finish_op(slot, op, e.time);
           break;
         }
       }
     }
-    Picoseconds end = 0;
-    for (int32_t r = 0; r < num_ranks; ++r) {
-      if (result.rank_end[static_cast<size_t>(r)] > end) {
-        end = result.rank_end[static_cast<size_t>(r)];
-        result.slowest_rank = r;
-      }
-      result.memory[static_cast<size_t>(r)].final_hbm_bytes = hbm[static_cast<size_t>(r)];
+    for (int32_t s = 0; s < num_slots; ++s) slot_memory[static_cast<size_t>(s)].final_hbm_bytes = hbm[static_cast<size_t>(s)];
+    // Every rank gets its slot's results.
+    result.rank_end.resize(static_cast<size_t>(num_ranks));
+    result.memory.resize(static_cast<size_t>(num_ranks));
+    for (int64_t r = 0; r < num_ranks; ++r) {
+      result.rank_end[static_cast<size_t>(r)] = slot_end[static_cast<size_t>(slot_of(r))];
+      result.memory[static_cast<size_t>(r)] = slot_memory[static_cast<size_t>(slot_of(r))];
     }
-    result.step_time = end;
-    result.timeline.step_end = end;
-    const auto& b = busy[static_cast<size_t>(result.slowest_rank)];
+    int32_t slowest = 0;
+    for (int32_t s = 0; s < num_slots; ++s) {
+      if (slot_end[static_cast<size_t>(s)] > slot_end[static_cast<size_t>(slowest)]) slowest = s;
+    }
+    result.slowest_rank = rank_of_slot(slowest);
+    result.step_time = slot_end[static_cast<size_t>(slowest)];
+    result.timeline.step_end = result.step_time;
+    const auto& b = busy[static_cast<size_t>(slowest)];
     for (const auto& [name, kind] : EnumNames<OpKind>::names) {
       const Picoseconds v = b[static_cast<size_t>(kind)];
       if (v == 0) continue;
@@ -555,14 +644,14 @@ struct Engine::Impl {
     }
     {
       // Where the slowest rank's time went, by op name.
-      const Program& p = program_of(result.slowest_rank);
-      const auto& st = started[static_cast<size_t>(result.slowest_rank)];
-      const auto& en = ended[static_cast<size_t>(result.slowest_rank)];
+      const Program& p = program_of(slowest);
+      const auto& st = started[static_cast<size_t>(slowest)];
+      const auto& en = ended[static_cast<size_t>(slowest)];
       std::unordered_map<std::string, Picoseconds> by_name;
       for (uint32_t i = 0; i < p.ops.size(); ++i) by_name[folded_name(p.names[p.ops[i].name])] += en[i] - st[i];
       result.top_ops = ranked(by_name, 12);
     }
-    critical_path();
+    critical_path(slowest);
     if (opt.record_timeline) {
       std::sort(result.timeline.records.begin(), result.timeline.records.end(), [](const ExecRecord& a, const ExecRecord& c) {
         return std::tie(a.start, a.rank, a.stream, a.op) < std::tie(c.start, c.rank, c.stream, c.op);

@@ -63,6 +63,7 @@ struct StepResult {
   std::vector<RankMemory> memory;     // per rank
   Timeline timeline;                  // when recorded
   int64_t num_events = 0;
+  int64_t num_simulated_ranks = 0;    // all ranks, or one per class with distinct_ranks
   int32_t slowest_rank = 0;
   // The slowest rank's busy time per queue and op kind (ps).
   std::vector<std::pair<OpKind, Picoseconds>> compute_busy;  // by kind

@@ -539,6 +539,51 @@ struct Engine::Impl {
     result.critical_path_length = length;
   }
 
+  // What held the compute stream of `slot` whenever it was not running a compute kernel: before
+  // each op of the compute queue, the gap since the previous one is charged to the dependency
+  // that ended last (the one it waited for); a collective or send/receive running on the compute
+  // queue itself (no comm/compute overlap) is charged to its kind; the tail after the last
+  // compute-queue op to the op that ended the step.
+  void exposed(int32_t slot) {
+    const Program& p = program_of(slot);
+    const auto& st = started[static_cast<size_t>(slot)];
+    const auto& en = ended[static_cast<size_t>(slot)];
+    std::map<std::string, Picoseconds> by_cause;
+    auto cause_of = [&](const Op& op) -> std::string {
+      if (is_p2p(op.kind)) return "pipeline_bubble";
+      if (is_communication(op.kind)) return std::string(enum_name(op.kind));
+      if (op.stream == Stream::copy) return "swap";
+      return "other";
+    };
+    Picoseconds cursor = 0;
+    for (uint32_t i = 0; i < p.ops.size(); ++i) {
+      const Op& op = p.ops[i];
+      if (queue_of(op) != 0) continue;
+      if (st[i] > cursor) {
+        int64_t blocker = -1;
+        for (uint32_t d : p.deps_of(op)) {
+          if (blocker < 0 || en[d] > en[static_cast<size_t>(blocker)]) blocker = d;
+        }
+        by_cause[blocker < 0 ? "other" : cause_of(p.ops[static_cast<size_t>(blocker)])] += st[i] - cursor;
+      }
+      if (is_communication(op.kind)) {
+        by_cause[cause_of(op)] += en[i] - st[i];
+      } else {
+        result.compute_stream_busy += en[i] - st[i];
+      }
+      cursor = std::max(cursor, en[i]);
+    }
+    const Picoseconds end = slot_end[static_cast<size_t>(slot)];
+    if (end > cursor) {
+      uint32_t last = 0;
+      for (uint32_t i = 0; i < p.ops.size(); ++i) {
+        if (en[i] > en[last]) last = i;
+      }
+      by_cause[cause_of(p.ops[last])] += end - cursor;
+    }
+    result.exposed.assign(by_cause.begin(), by_cause.end());
+  }
+
   void assign_slots() {
     distinct = opt.distinct_ranks;
     slot_rank.clear();
@@ -652,6 +697,7 @@ struct Engine::Impl {
       result.top_ops = ranked(by_name, 12);
     }
     critical_path(slowest);
+    exposed(slowest);
     if (opt.record_timeline) {
       std::sort(result.timeline.records.begin(), result.timeline.records.end(), [](const ExecRecord& a, const ExecRecord& c) {
         return std::tie(a.start, a.rank, a.stream, a.op) < std::tie(c.start, c.rank, c.stream, c.op);

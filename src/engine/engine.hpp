@@ -69,6 +69,13 @@ struct StepResult {
   std::vector<std::pair<OpKind, Picoseconds>> compute_busy;  // by kind
   Picoseconds compute_busy_total = 0;
   std::vector<std::pair<OpKind, Picoseconds>> comm_busy;     // by kind, summed over the rank's queues
+  // The slowest rank's compute stream, split: time running compute kernels, and every other
+  // moment of the step by what held it (see Engine::Impl::exposed): a collective's kind
+  // ("all_gather", ...; both while it waits for one and while one runs on the compute stream),
+  // "pipeline_bubble" (waiting for a pipeline send/receive), "swap" (waiting for a copy from
+  // host memory). compute_stream_busy + the sum of `exposed` = step_time.
+  Picoseconds compute_stream_busy = 0;
+  std::vector<std::pair<std::string, Picoseconds>> exposed;
   // The slowest rank's ops with the most time, by op name (summed over micro-batches): where the
   // step goes.
   std::vector<std::pair<std::string, Picoseconds>> top_ops;

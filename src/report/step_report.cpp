@@ -104,7 +104,8 @@ StepReport make_step_report(const Scenario& s, const StepGraph& g, const GraphSt
   }
   r.compute_s.assign(compute.begin(), compute.end());
   for (const auto& [kind, t] : first.comm_busy) r.communication_s.emplace_back(std::string(enum_name(kind)), ps_to_s(t));
-  r.exposed_s = std::max(0.0, ps_to_s(first.step_time - first.compute_busy_total));
+  r.compute_stream_s = ps_to_s(first.compute_stream_busy);
+  for (const auto& [cause, t] : first.exposed) r.exposed_s.emplace_back(cause, ps_to_s(t));
   for (const auto& [name, t] : first.top_ops) r.top_ops_s.emplace_back(name, ps_to_s(t));
   for (const auto& [name, t] : first.critical_path) r.critical_path_s.emplace_back(name, ps_to_s(t));
   r.critical_path_length = first.critical_path_length;
@@ -140,9 +141,15 @@ std::string step_report_text(const StepReport& r) {
     std::snprintf(line, sizeof line, "    comm    %-22s %9.3f s busy\n", name.c_str(), t);
     out << line;
   }
-  std::snprintf(line, sizeof line, "    swap copies                    %9.3f s busy\n    compute idle (exposed)         %9.3f s\n",
-                r.swap_s, r.exposed_s);
+  std::snprintf(line, sizeof line, "    swap copies                    %9.3f s busy\n", r.swap_s);
   out << line;
+  std::snprintf(line, sizeof line, "  compute stream    %.3f s computing; not computing, by what it waited for:\n",
+                r.compute_stream_s);
+  out << line;
+  for (const auto& [cause, t] : r.exposed_s) {
+    std::snprintf(line, sizeof line, "    exposed %-22s %9.3f s\n", cause.c_str(), t);
+    out << line;
+  }
   out << "  critical path (" << r.critical_path_length << " ops; time by op, all layers together):\n";
   for (const auto& [name, t] : r.critical_path_s) {
     std::snprintf(line, sizeof line, "    %-52s %9.3f s\n", name.c_str(), t);
@@ -182,7 +189,14 @@ std::string step_report_json(const StepReport& r) {
   for (const auto& [name, t] : r.compute_s) breakdown["compute"][name] = t;
   for (const auto& [name, t] : r.communication_s) breakdown["communication_busy"][name] = t;
   breakdown["swap_busy"] = r.swap_s;
-  breakdown["exposed"] = r.exposed_s;
+  breakdown["compute_stream"] = r.compute_stream_s;
+  breakdown["exposed"] = nlohmann::json::object();
+  double exposed_total = 0;
+  for (const auto& [cause, t] : r.exposed_s) {
+    breakdown["exposed"][cause] = t;
+    exposed_total += t;
+  }
+  breakdown["exposed_total"] = exposed_total;
   j["breakdown_s"] = breakdown;
   auto ops = [](const std::vector<std::pair<std::string, double>>& v) {
     nlohmann::json a = nlohmann::json::array();

@@ -45,7 +45,10 @@ struct StepReport {
   std::vector<std::pair<std::string, double>> compute_s;        // by category
   std::vector<std::pair<std::string, double>> communication_s;  // busy time by collective kind
   double swap_s = 0;                  // copy-stream busy time
-  double exposed_s = 0;               // step time the compute stream is idle (waiting on data, comm, bubbles)
+  double compute_stream_s = 0;        // the compute stream running compute kernels
+  // The rest of the step on the compute stream, by what held it: a collective kind, pipeline_bubble,
+  // swap (see StepResult::exposed). compute_stream_s + their sum = the slowest rank's step time.
+  std::vector<std::pair<std::string, double>> exposed_s;
   std::vector<std::pair<std::string, double>> top_ops_s;        // busiest op names of the slowest rank
   std::vector<std::pair<std::string, double>> critical_path_s;  // the chain that ends the step, by op name
   int64_t critical_path_length = 0;

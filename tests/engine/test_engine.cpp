@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <map>
 
 #include "../graph/graph_test_util.hpp"
 #include "engine/engine.hpp"
@@ -202,5 +203,37 @@ TEST_CASE("golden runs: step time and event fingerprint are pinned") {
     INFO("step_ps " << r.step_time << " fingerprint " << fingerprint(r.timeline));
     CHECK(r.step_time == gold.step_ps);
     CHECK(fingerprint(r.timeline) == gold.fingerprint);
+  }
+}
+
+TEST_CASE("the compute stream's time splits exactly into computing and what it waited for") {
+  Plan moe;  // overlapped communication: idle gaps charged to the collective waited for
+  moe.ep = 8;
+  moe.global_batch = 16;
+  moe.seq = 2048;
+  Plan serial = moe;  // no overlap: collectives run on the compute stream
+  serial.overlap = false;
+  Plan pipeline;  // 2 stages, 1F1B: the second stage waits for activations
+  pipeline.model = "llama-3.1-405b";
+  pipeline.devices = 16;
+  pipeline.tp = 4;
+  pipeline.pp = 2;
+  pipeline.shard = 2;
+  pipeline.global_batch = 8;
+  pipeline.seq = 2048;
+  for (const Plan& p : {moe, serial, pipeline}) {
+    const Scenario s = test::scenario(p);
+    const StepGraph g = build_step_graph(s);
+    const CostModel cost(s.hardware);
+    Engine engine(g, cost);
+    const StepResult r = engine.run({});
+    Picoseconds total = r.compute_stream_busy;
+    std::map<std::string, Picoseconds> exposed(r.exposed.begin(), r.exposed.end());
+    for (const auto& [cause, t] : r.exposed) total += t;
+    CHECK(total == r.step_time);
+    CHECK(r.compute_stream_busy < r.step_time);
+    if (p.pp > 1) CHECK(exposed["pipeline_bubble"] > 0);
+    if (!p.overlap) CHECK(exposed["all_to_all"] > 0);
+    CHECK(!exposed.contains("other"));
   }
 }

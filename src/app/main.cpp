@@ -126,6 +126,7 @@ int main(int argc, char** argv) {
         EngineOptions eo;
         eo.step = step;
         eo.distinct_ranks = opt.distinct_ranks;
+        eo.rank_speed = rank_speeds(s.spec);
         eo.record_timeline = step == 0 && (!opt.trace.empty() || !opt.memory_csv.empty());
         results.push_back(engine.run(eo));
       }

@@ -26,11 +26,24 @@ class ScenarioChecker {
     check_loss();
     check_routing();
     check_fused_ops();
+    check_stragglers();
   }
 
  private:
   [[noreturn]] void fail(const std::string& path, const std::string& message) const {
     throw InputError(s_.file, path, message);
+  }
+
+  void check_stragglers() const {
+    for (size_t i = 0; i < spec_.stragglers.size(); ++i) {
+      const auto& ranks = spec_.stragglers[i].ranks;
+      for (size_t j = 0; j < ranks.size(); ++j) {
+        if (ranks[j] < 0 || ranks[j] >= spec_.num_devices) {
+          fail("/stragglers/" + std::to_string(i) + "/ranks/" + std::to_string(j),
+               "rank " + str(ranks[j]) + " is not one of the " + str(spec_.num_devices) + " devices");
+        }
+      }
+    }
   }
 
   void check_devices() const {

@@ -135,6 +135,12 @@ void declare_fields(F& f, FusedOpsSpec& s) {
 }
 
 template <class F>
+void declare_fields(F& f, StragglerSpec& s) {
+  f.required("ranks", s.ranks, "Ranks (0-based) that run slow.");
+  f.required("slowdown", s.slowdown, "Factor on their kernel times: 1.2 is 20% slower.", at_least(1.0));
+}
+
+template <class F>
 void declare_fields(F& f, SweepAxis& s) {
   f.required("path", s.path, "JSON pointer of the scenario field to vary, e.g. \"/parallel/ep\".");
   f.required("values", s.values, "Values the field takes, each valid for that field.");
@@ -161,6 +167,8 @@ void declare_fields(F& f, ScenarioSpec& s) {
   f.optional("routing", s.routing, RoutingSpec{}, "Distribution of tokens over experts.");
   f.optional("overlap", s.overlap, OverlapSpec{}, "Communication/compute overlap.");
   f.optional("fused_ops", s.fused_ops, FusedOpsSpec{}, "Fused-kernel switches.");
+  f.optional("stragglers", s.stragglers, std::vector<StragglerSpec>{},
+             "Slow devices; every collective they join waits for them.");
   f.optional("sweep", s.sweep, SweepSpec{}, "Sweep axes (used by `moesim sweep`).");
 }
 
@@ -243,5 +251,14 @@ Scenario load_scenario(const InputText& input) {
 }
 
 std::vector<FieldRow> describe_scenario_fields() { return FieldDescriber::describe<ScenarioSpec>(); }
+
+std::vector<double> rank_speeds(const ScenarioSpec& spec) {
+  if (spec.stragglers.empty()) return {};
+  std::vector<double> speed(static_cast<size_t>(spec.num_devices), 1.0);
+  for (const StragglerSpec& s : spec.stragglers) {
+    for (int64_t r : s.ranks) speed[static_cast<size_t>(r)] *= s.slowdown;
+  }
+  return speed;
+}
 
 }  // namespace moesim

@@ -152,6 +152,12 @@ struct FusedOpsSpec {
   bool permute_gemm = false;  // permute fused into the grouped GEMM
 };
 
+// Devices that run slower than the rest (thermal throttling, a bad link, a noisy neighbour).
+struct StragglerSpec {
+  std::vector<int64_t> ranks;
+  double slowdown = 1.0;  // factor on their kernel times
+};
+
 struct SweepAxis {
   std::string path;  // JSON pointer of a scenario field, e.g. "/parallel/ep"
   std::vector<RawJson> values;
@@ -176,8 +182,12 @@ struct ScenarioSpec {
   RoutingSpec routing;
   OverlapSpec overlap;
   FusedOpsSpec fused_ops;
+  std::vector<StragglerSpec> stragglers;
   SweepSpec sweep;
 };
+
+// Each rank's slowdown factor from the scenario's stragglers (1 = nominal); empty when none.
+std::vector<double> rank_speeds(const ScenarioSpec& spec);
 
 // A checked scenario with what it refers to.
 struct Scenario {

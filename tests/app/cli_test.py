@@ -68,6 +68,25 @@ with tempfile.TemporaryDirectory() as tmp:
     expect("trace has ops", sum(1 for e in events if e.get("ph") == "X") > 1000)
     with open(mem) as f:
         expect("memory csv", f.readline().startswith("rank,time_s,hbm_bytes,ddr_bytes"))
+    # Exposed time by cause adds up with the compute stream to the step.
+    b = s1["breakdown_s"]
+    expect("breakdown adds up", abs(b["compute_stream"] + b["exposed_total"] - s1["step_time_s"]) < 1e-9 * s1["step_time_s"],
+           str(b))
+    # A straggler slows the step; one representative per class of ranks gives the same answer.
+    with open("scenarios/k3-lora-fsdp2-ep64.json") as f:
+        slow = json.load(f)
+    slow["model"], slow["hardware"] = "kimi-k3-dsa", "supernode-128"
+    slow["stragglers"] = [{"ranks": [5], "slowdown": 1.1}]
+    slow_file = os.path.join(tmp, "slow.json")
+    with open(slow_file, "w") as f:
+        json.dump(slow, f)
+    r3 = run("simulate", slow_file, "--json", "--steps", "1")
+    r4 = run("simulate", slow_file, "--json", "--steps", "1", "--distinct-ranks")
+    s3 = json.loads(r3.stdout) if r3.returncode == 0 else {}
+    s4 = json.loads(r4.stdout) if r4.returncode == 0 else {}
+    expect("straggler slower", s3.get("step_time_s", 0) > s1["step_time_s"], r3.stderr)
+    expect("distinct ranks same step", s4.get("step_time_s") == s3.get("step_time_s"), r4.stderr)
+    expect("distinct ranks fewer events", s4.get("num_events", 1e30) < s3.get("num_events", 0) / 10)
 r = run("simulate", "--steps", "0")
 expect("simulate --steps 0", r.returncode == 2 and "--steps" in r.stderr, r.stderr)
 

@@ -126,6 +126,8 @@ write("sweep-bad-path", mutate(scenario, setp("/sweep", {"axes": [{"path": "/par
 write("sweep-bad-value", mutate(scenario, setp("/sweep", {"axes": [{"path": "/parallel/ep", "values": [32, "64"]}]})), "scenario", "/sweep/axes/0/values/1", "invalid for /parallel/ep")
 write("histogram-length", mutate(scenario, lambda d: d.update(routing={"distribution": "histogram", "histogram": "../routing/short-histogram.json"})), "scenario", "/tokens_per_expert", "has 3 entries; the model has 896 experts", error_file="routing/short-histogram.json")
 write("seq-cp", mutate(scenario, lambda d: (d["parallel"].update(cp=2), d["parallel"]["fsdp"].update(shard=64), d["parallel"].update(ep=64), d["batch"].update(sequence_length=32767, global_batch_size=64))), "scenario", "/batch/sequence_length", "must be divisible by cp (2)")
+write("straggler-rank", mutate(scenario, setp("/stragglers", [{"ranks": [3, 128], "slowdown": 1.2}])), "scenario", "/stragglers/0/ranks/1", "rank 128 is not one of the 128 devices")
+write("straggler-speedup", mutate(scenario, setp("/stragglers", [{"ranks": [3], "slowdown": 0.5}])), "scenario", "/stragglers/0/slowdown", "must be >= 1, got 0.5")
 
 os.makedirs(os.path.join(OUT, "routing"), exist_ok=True)
 with open(os.path.join(OUT, "routing", "short-histogram.json"), "w") as f:

@@ -241,34 +241,21 @@ struct Engine::Impl {
     }
   }
 
-  // The sampled routing of one EP group (all its members' send counts) in one layer and micro-batch.
+  // The sampled routing of one EP group (its members' loads) in one layer and micro-batch.
   const RoutingSample& group_routing(int32_t layer, int32_t micro, int64_t rank) {
     const int64_t gid = g.plan.group_id(rank, GroupKind::ep);
     auto [it, inserted] = routing.try_emplace({layer, micro, gid});
     if (!inserted) return it->second;
-    const int64_t n = g.plan.group_size(GroupKind::ep);
+    const auto n = static_cast<size_t>(g.plan.group_size(GroupKind::ep));
     RoutingSample& s = it->second;
-    s.wire_assignments.assign(static_cast<size_t>(n), 0);
-    s.received_rows.assign(static_cast<size_t>(n), 0);
-    std::vector<double> received_off_rank(static_cast<size_t>(n), 0);
-    std::vector<int64_t> counts(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t member = g.plan.member(rank, GroupKind::ep, i);
-      g.routing->sample_send_counts(opt.step, layer, micro, member, g.tokens_per_micro_batch, counts);
-      double sent = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        const double c = static_cast<double>(counts[static_cast<size_t>(j)]);
-        s.received_rows[static_cast<size_t>(j)] += c;
-        if (j != i) {
-          sent += c;
-          received_off_rank[static_cast<size_t>(j)] += c;
-        }
-      }
-      s.wire_assignments[static_cast<size_t>(i)] = sent;
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      auto& w = s.wire_assignments[static_cast<size_t>(i)];
-      w = std::max(w, received_off_rank[static_cast<size_t>(i)]);
+    std::vector<int64_t> received(n), kept(n);
+    g.routing->sample_group_loads(opt.step, layer, micro, gid, g.tokens_per_micro_batch, received, kept);
+    const double sent = static_cast<double>(g.tokens_per_micro_batch * g.routing->top_k());
+    s.received_rows.resize(n);
+    s.wire_assignments.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      s.received_rows[i] = static_cast<double>(received[i]);
+      s.wire_assignments[i] = std::max(sent, static_cast<double>(received[i])) - static_cast<double>(kept[i]);
     }
     s.worst_wire_assignments = *std::max_element(s.wire_assignments.begin(), s.wire_assignments.end());
     return s;

@@ -35,7 +35,7 @@ constexpr uint64_t mix64(uint64_t z) {
 
 // What a generator stream is for, so that two uses of the same (step, layer, ...) never share
 // draws.
-enum class Stream : int64_t { send_counts = 1, local_expert_counts = 2, expert_permutation = 3 };
+enum class Stream : int64_t { send_counts = 1, local_expert_counts = 2, expert_permutation = 3, group_loads = 4 };
 
 // The key of a stream: each field is added to the running hash, which is then mixed. Because mix64
 // is a bijection, tuples with a common prefix that differ in the next field always get different
@@ -364,6 +364,19 @@ void RoutingSampler::sample_local_expert_counts(int64_t step, int64_t layer, int
   const std::span<const double> conditional(
       t.local_expert_conditional.data() + static_cast<size_t>(ep_rank) * per_rank, per_rank);
   sample_multinomial(rng, received, conditional, out);
+}
+
+void RoutingSampler::sample_group_loads(int64_t step, int64_t layer, int64_t micro, int64_t group_id,
+                                        int64_t num_tokens, std::span<int64_t> received,
+                                        std::span<int64_t> kept) const {
+  assert(static_cast<int64_t>(received.size()) == ep_ && static_cast<int64_t>(kept.size()) == ep_);
+  assert(num_tokens >= 0);
+  const LayerTable& t = table(layer);
+  Xoshiro256 rng(stream_key(
+      {seed_, static_cast<int64_t>(Stream::group_loads), step, layer, micro, group_id}));
+  sample_multinomial(rng, ep_ * num_tokens * top_k_, t.rank_conditional, received);
+  const double from_self = 1.0 / static_cast<double>(ep_);
+  for (size_t r = 0; r < received.size(); ++r) kept[r] = sample_binomial(rng, received[r], from_self);
 }
 
 }  // namespace moesim

@@ -100,6 +100,23 @@ class RoutingSampler {
                                   int64_t receiver_rank, int64_t ep_rank, int64_t received,
                                   std::span<int64_t> out) const;
 
+  // One EP group's loads in one layer and micro-batch, each of its ep() members sending
+  // num_tokens*top_k assignments, at the cost of 2*ep binomials instead of the ep^2 of calling
+  // sample_send_counts for every member:
+  //   received[r]  assignments arriving at EP rank r. The members' send counts are independent
+  //                multinomials with the same probabilities Q, so their sum is
+  //                Multinomial(ep*n, Q): exact, jointly over r.
+  //   kept[r]      of those, the ones r sent to itself (they never cross the fabric). Given
+  //                received[r], each arrival came from any of the ep senders with equal
+  //                probability (all draw n times with the same Q_r), so kept[r] ~
+  //                Binomial(received[r], 1/ep): exact for each r. Drawn independently across r,
+  //                which ignores the weak negative correlation that a sender's counts summing to
+  //                n puts between them.
+  // A member's traffic off the rank is then n - kept[r] sent and received[r] - kept[r] received.
+  // `group_id` names the group (its first global rank) in the generator's key.
+  void sample_group_loads(int64_t step, int64_t layer, int64_t micro, int64_t group_id, int64_t num_tokens,
+                          std::span<int64_t> received, std::span<int64_t> kept) const;
+
   // Expected fraction of a sender's assignments that go to EP rank `ep_rank` (Q_r).
   double expected_fraction(int64_t layer, int64_t ep_rank) const;
 

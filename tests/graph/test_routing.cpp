@@ -435,3 +435,39 @@ TEST_CASE("local expert counts follow Multinomial(R, q_e / Q_r)") {
     CHECK(std::abs(mean_statistic - 15.0) < 0.45);
   }
 }
+
+TEST_CASE("group loads: what every member receives and keeps has the law of the per-sender draws") {
+  // E=64, k=8, ep=8, n = 8192 assignments per sender. Summing the 8 senders' multinomials,
+  // received[r] ~ Binomial(8n, 1/8) and kept[r] (sent by r to itself) ~ Binomial(n, 1/8); the
+  // group draw must reproduce both laws, conserve assignments, and be a pure function of its key.
+  const RoutingSampler s(routing(RoutingDistribution::uniform), 64, 8, 8, {});
+  const int64_t num_tokens = 1024;
+  const double n = static_cast<double>(num_tokens * 8);
+  const int num_samples = 4000;
+  double received_sum = 0, received_square = 0, kept_sum = 0, kept_square = 0;
+  std::vector<int64_t> received(8), kept(8), again(8), again_kept(8);
+  for (int i = 0; i < num_samples; ++i) {
+    s.sample_group_loads(i, 1, 0, 0, num_tokens, received, kept);
+    CHECK(std::accumulate(received.begin(), received.end(), int64_t{0}) == 8 * num_tokens * 8);
+    for (size_t r = 0; r < 8; ++r) CHECK((kept[r] >= 0 && kept[r] <= received[r]));
+    received_sum += static_cast<double>(received[3]);
+    received_square += static_cast<double>(received[3] * received[3]);
+    kept_sum += static_cast<double>(kept[3]);
+    kept_square += static_cast<double>(kept[3] * kept[3]);
+  }
+  const double received_mean = received_sum / num_samples;
+  const double received_var = 8 * n * 0.125 * 0.875;
+  CHECK(std::abs(received_mean - 8 * n * 0.125) < 4 * std::sqrt(received_var / num_samples));
+  CHECK(received_square / num_samples - received_mean * received_mean == doctest::Approx(received_var).epsilon(0.12));
+  const double kept_mean = kept_sum / num_samples;
+  const double kept_var = n * 0.125 * 0.875;
+  CHECK(std::abs(kept_mean - n * 0.125) < 4 * std::sqrt(kept_var / num_samples));
+  CHECK(kept_square / num_samples - kept_mean * kept_mean == doctest::Approx(kept_var).epsilon(0.12));
+
+  s.sample_group_loads(7, 1, 0, 0, num_tokens, received, kept);
+  s.sample_group_loads(7, 1, 0, 0, num_tokens, again, again_kept);
+  CHECK(received == again);
+  CHECK(kept == again_kept);
+  s.sample_group_loads(7, 1, 0, 8, num_tokens, again, again_kept);  // another group
+  CHECK(received != again);
+}

@@ -15,6 +15,14 @@ namespace {
 
 Picoseconds to_ps(double seconds) { return static_cast<Picoseconds>(std::llround(seconds * 1e12)); }
 
+// Each simulated rank's shared resources: its scale-up port, its NIC, and its link to host memory
+// in each direction (all of capacity 1 = their full bandwidth).
+constexpr int kScaleUpPort = 0;
+constexpr int kNicPort = 1;
+constexpr int kToHostPort = 2;
+constexpr int kToDevicePort = 3;
+constexpr int kPortsPerSlot = 4;
+
 // Queues: compute, copy, then one per process-group kind for communication.
 constexpr int kNumQueues = 2 + kNumGroupKinds;
 int queue_of(const Op& op) {
@@ -84,7 +92,8 @@ struct Flow {
   Picoseconds updated = 0;
   uint64_t version = 0;
   std::vector<int32_t> ports;
-  std::vector<std::pair<int32_t, uint32_t>> members;  // (rank, op) completed when the flow ends
+  std::vector<double> weights;  // per port: the share of it the flow takes at full rate
+  std::vector<std::pair<int32_t, uint32_t>> members;  // (slot, op) completed when the flow ends
 };
 
 // Routing of one MoE layer's micro-batch over one EP group, shared by its dispatch, combine and
@@ -179,7 +188,7 @@ struct Engine::Impl {
   std::vector<Flow> flows;
   std::vector<uint32_t> free_flows;
   std::vector<double> port_capacity;
-  std::vector<int32_t> port_unfixed;
+  std::vector<double> port_unfixed;  // summed weight of the flows not fixed yet
   std::vector<std::vector<uint32_t>> port_flows;  // active flows crossing each port
   std::vector<uint64_t> port_stamp, flow_stamp;   // visited marks of the component search
   uint64_t stamp = 0;
@@ -315,6 +324,10 @@ struct Engine::Impl {
     const Op& op = p.ops[op_index];
     started[static_cast<size_t>(slot)][op_index] = t;
     apply_effects(slot, op, true, t, op_index);
+    if (op.kind == OpKind::swap_out || op.kind == OpKind::swap_in) {
+      start_copy(slot, op_index, op, t);
+      return;
+    }
     if (!is_communication(op.kind)) {
       double seconds = cost.kernel_seconds(op, rows_scale(slot, op));
       if (!opt.rank_speed.empty()) seconds *= opt.rank_speed[static_cast<size_t>(rank_of_slot(slot))];
@@ -375,8 +388,32 @@ struct Engine::Impl {
     p2p_waiting.erase(key);
   }
 
-  void launch_flow(std::vector<std::pair<int32_t, uint32_t>> members, const CollectiveCost& c, Picoseconds t,
-                   bool uses_fabric) {
+  // A copy between HBM and host memory: a flow on the slot's host link in its direction, and on
+  // its scale-up port too when host memory sits behind the scale-up fabric, there taking the
+  // share of the port that the copy's bandwidth is of the port's.
+  void start_copy(int32_t slot, uint32_t op_index, const Op& op, Picoseconds t) {
+    const HostMemorySpec& host = cost.hardware().device.host_memory;
+    const double copy_bandwidth = host.bandwidth.value * cost.hardware().efficiency.host_copy;
+    const uint32_t id = new_flow();
+    Flow& f = flows[id];
+    f.members.emplace_back(slot, op_index);
+    f.remaining = op.comm_bytes / copy_bandwidth;
+    if (f.remaining > 0) {
+      f.ports.push_back(slot * kPortsPerSlot + (op.kind == OpKind::swap_out ? kToHostPort : kToDevicePort));
+      f.weights.push_back(1.0);
+      if (host.over_scale_up) {
+        f.ports.push_back(slot * kPortsPerSlot + kScaleUpPort);
+        f.weights.push_back(copy_bandwidth / scale_up_bandwidth());
+      }
+    }
+    schedule(t + to_ps(host.latency.value), EventKind::transfer_start, 0, id);
+  }
+
+  double scale_up_bandwidth() const {
+    return cost.hardware().fabric.scale_up.port_bandwidth.value * cost.hardware().efficiency.collective;
+  }
+
+  uint32_t new_flow() {
     uint32_t id;
     if (!free_flows.empty()) {
       id = free_flows.back();
@@ -386,15 +423,24 @@ struct Engine::Impl {
       flows.emplace_back();
       flow_stamp.push_back(0);
     }
+    flows[id] = Flow{};
+    return id;
+  }
+
+  void launch_flow(std::vector<std::pair<int32_t, uint32_t>> members, const CollectiveCost& c, Picoseconds t,
+                   bool uses_fabric) {
+    const uint32_t id = new_flow();
     Flow& f = flows[id];
-    f = Flow{};
     f.members = std::move(members);
     const double up_s = c.up_bytes > 0 ? c.up_bytes / c.up_bandwidth : 0;
     const double out_s = c.out_bytes > 0 ? c.out_bytes / c.out_bandwidth : 0;
     f.remaining = up_s + out_s;
     if (uses_fabric && f.remaining > 0) {
-      const int port = out_s > up_s ? 1 : 0;  // the phase that dominates decides the port shared
-      for (const auto& [slot, op] : f.members) f.ports.push_back(slot * 2 + port);
+      const int port = out_s > up_s ? kNicPort : kScaleUpPort;  // the phase that dominates decides the port shared
+      for (const auto& [slot, op] : f.members) {
+        f.ports.push_back(slot * kPortsPerSlot + port);
+        f.weights.push_back(1.0);
+      }
     }
     schedule(t + to_ps(c.latency_s), EventKind::transfer_start, 0, id);
   }
@@ -453,29 +499,38 @@ struct Engine::Impl {
       old_rate[i] = f.rate;
       f.rate = f.ports.empty() ? 1.0 : -1.0;  // -1: not fixed yet
     }
-    for (int32_t port : touched) {
-      port_capacity[static_cast<size_t>(port)] = 1.0;
-      port_unfixed[static_cast<size_t>(port)] = static_cast<int32_t>(port_flows[static_cast<size_t>(port)].size());
+    for (int32_t port : touched) port_capacity[static_cast<size_t>(port)] = 1.0;
+    for (int32_t port : touched) port_unfixed[static_cast<size_t>(port)] = 0;
+    for (uint32_t id : component) {
+      const Flow& f = flows[id];
+      for (size_t k = 0; k < f.ports.size(); ++k) port_unfixed[static_cast<size_t>(f.ports[k])] += f.weights[k];
     }
-    while (true) {
+    size_t left = component.size();
+    for (uint32_t id : component) left -= flows[id].rate >= 0 ? 1 : 0;
+    while (left > 0) {
       int32_t best = -1;
-      double share = std::numeric_limits<double>::infinity();
+      double share = 1.0;  // no flow runs faster than alone
       for (int32_t port : touched) {
-        const int32_t n = port_unfixed[static_cast<size_t>(port)];
-        if (n > 0 && port_capacity[static_cast<size_t>(port)] / n < share) {
-          share = port_capacity[static_cast<size_t>(port)] / n;
+        const double w = port_unfixed[static_cast<size_t>(port)];
+        if (w > 1e-12 && port_capacity[static_cast<size_t>(port)] / w < share) {
+          share = port_capacity[static_cast<size_t>(port)] / w;
           best = port;
         }
       }
-      if (best < 0) break;
-      for (uint32_t id : port_flows[static_cast<size_t>(best)]) {
+      auto fix = [&](uint32_t id) {
         Flow& f = flows[id];
-        if (f.rate >= 0) continue;
+        if (f.rate >= 0) return;
         f.rate = std::max(share, 1e-9);
-        for (int32_t port : f.ports) {
-          port_capacity[static_cast<size_t>(port)] -= share;
-          --port_unfixed[static_cast<size_t>(port)];
+        --left;
+        for (size_t k = 0; k < f.ports.size(); ++k) {
+          port_capacity[static_cast<size_t>(f.ports[k])] -= share * f.weights[k];
+          port_unfixed[static_cast<size_t>(f.ports[k])] -= f.weights[k];
         }
+      };
+      if (best < 0) {
+        for (uint32_t id : component) fix(id);  // every port has room: all the rest run alone
+      } else {
+        for (uint32_t id : port_flows[static_cast<size_t>(best)]) fix(id);
       }
     }
     // Only flows whose rate changed get a new finish time; the others' events stay valid.
@@ -607,10 +662,10 @@ struct Engine::Impl {
     last_version = 0;
     routing.clear();
     slot_load.clear();
-    port_capacity.assign(n * 2, 1.0);
-    port_unfixed.assign(n * 2, 0);
-    port_flows.assign(n * 2, {});
-    port_stamp.assign(n * 2, 0);
+    port_capacity.assign(n * kPortsPerSlot, 1.0);
+    port_unfixed.assign(n * kPortsPerSlot, 0);
+    port_flows.assign(n * kPortsPerSlot, {});
+    port_stamp.assign(n * kPortsPerSlot, 0);
     flow_stamp.clear();
     stamp = 0;
     for (int32_t s = 0; s < num_slots; ++s) {

@@ -12,14 +12,17 @@
 //   - an op starts when the op before it on its queue and its explicit dependencies are done;
 //   - a collective starts when every member of its group has reached it (the k-th collective of a
 //     group kind on each member), a send when its receive is posted and vice versa;
-//   - after its latency, a transfer is a flow that occupies the fabric port (scale-up or NIC) of
-//     every member. Ports are shared max-min among the flows crossing them, recomputed whenever a
-//     flow starts or ends:  each port has capacity 1 (its full bandwidth); repeatedly, the port
-//     with the smallest fair share c_p / n_p (remaining capacity over unfixed flows) fixes its
-//     flows at that share, which is subtracted from every other port they cross. A flow alone
-//     runs at rate 1 and takes the cost model's transfer time; two flows on one port take twice
-//     as long each; no port is ever over capacity, and none is idle while a flow crossing it could
-//     go faster;
+//   - after its latency, a transfer is a flow over shared resources, each of capacity 1 (its full
+//     bandwidth): a collective occupies the fabric port (scale-up or NIC) of every member with
+//     weight 1; a swap copy occupies its rank's host link in its direction with weight 1 and,
+//     when host memory sits behind the scale-up fabric (a unified bus), the scale-up port with
+//     weight w = copy bandwidth / port bandwidth. Rates are max-min fair, recomputed whenever a
+//     flow starts or ends, by progressive filling: each resource's fair share is its remaining
+//     capacity over the summed weight of its unfixed flows; repeatedly, the resource with the
+//     smallest share fixes its flows at that rate (at most 1: no flow runs faster than alone),
+//     and rate x weight is taken from every other resource they cross. A flow alone takes the
+//     cost model's transfer time; two collectives on one port take twice as long each; no
+//     resource is ever over capacity, and none is idle while a flow crossing it could go faster;
 //   - compute started while a collective of the rank is in flight runs slower by the hardware's
 //     overlap_slowdown; a rank's speed factor (a straggler) stretches its kernels;
 //   - memory effects apply at an op's start (allocations, swap-in) and end (frees, swap-out).

@@ -38,6 +38,9 @@ void declare_fields(F& f, HostMemorySpec& s) {
              non_negative());
   f.required("bandwidth", s.bandwidth, "Device <-> host copy bandwidth, each way, per device.", positive());
   f.required("latency", s.latency, "Latency of a device <-> host copy.", non_negative());
+  f.optional("over_scale_up", s.over_scale_up, false,
+             "Host memory is reached over the scale-up fabric (a unified bus): swap copies then share the "
+             "device's scale-up port with collectives.");
 }
 
 template <class F>

@@ -37,6 +37,7 @@ struct HostMemorySpec {
   Bytes capacity_per_device;
   BytesPerSecond bandwidth;  // device <-> host, per device, each way
   Seconds latency;
+  bool over_scale_up = false;  // reached over the scale-up fabric: copies share its port
 };
 
 struct DeviceSpec {

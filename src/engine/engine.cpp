@@ -31,16 +31,32 @@ int queue_of(const Op& op) {
   return 0;
 }
 
+std::string folded_name(const std::string& name);
+
 // Per program: successors (explicit dependents and the next op on the same queue) and the number
-// of predecessors of each op; the k-th collective of each group kind gets k as its match index.
+// of predecessors of each op; the k-th collective of each group kind gets k as its match index;
+// each op's name folded over layers (see folded_name), as an index into `folded_names`.
 struct ProgramIndex {
   std::vector<uint32_t> succ_begin;
   std::vector<uint32_t> succ;
   std::vector<int32_t> num_preds;
   std::vector<int32_t> match;
   std::vector<int32_t> queue_pred;  // the op before on the same queue, -1 if first
+  std::vector<int32_t> folded;
+  std::vector<std::string> folded_names;
 
   explicit ProgramIndex(const Program& p) {
+    std::unordered_map<std::string, int32_t> folded_id;
+    std::vector<int32_t> of_name(p.names.size(), -1);
+    for (const Op& op : p.ops) {
+      int32_t& id = of_name[op.name];
+      if (id < 0) {
+        auto [it, inserted] = folded_id.try_emplace(folded_name(p.names[op.name]), static_cast<int32_t>(folded_names.size()));
+        if (inserted) folded_names.push_back(it->first);
+        id = it->second;
+      }
+      folded.push_back(id);
+    }
     const size_t n = p.ops.size();
     std::vector<std::vector<uint32_t>> out(n);
     num_preds.assign(n, 0);
@@ -116,10 +132,14 @@ std::string folded_name(const std::string& name) {
   return name.starts_with("layer") && dot != std::string::npos ? "layer*" + name.substr(dot) : name;
 }
 
-// The largest entries first (ties by name), at most `keep`.
-std::vector<std::pair<std::string, Picoseconds>> ranked(const std::unordered_map<std::string, Picoseconds>& by_name,
+// The largest entries first (ties by name), at most `keep`; `by_folded` is indexed like the
+// program's folded names.
+std::vector<std::pair<std::string, Picoseconds>> ranked(const ProgramIndex& ix, const std::vector<Picoseconds>& by_folded,
                                                         size_t keep) {
-  std::vector<std::pair<std::string, Picoseconds>> out(by_name.begin(), by_name.end());
+  std::vector<std::pair<std::string, Picoseconds>> out;
+  for (size_t i = 0; i < by_folded.size(); ++i) {
+    if (by_folded[i] > 0) out.emplace_back(ix.folded_names[i], by_folded[i]);
+  }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
     return a.second != b.second ? a.second > b.second : a.first < b.first;
   });
@@ -552,14 +572,15 @@ struct Engine::Impl {
     for (uint32_t i = 0; i < p->ops.size(); ++i) {
       if (op < 0 || ended[static_cast<size_t>(slot)][i] > ended[static_cast<size_t>(slot)][static_cast<size_t>(op)]) op = i;
     }
-    std::unordered_map<std::string, Picoseconds> by_name;
+    const ProgramIndex& pix = index[static_cast<size_t>(p->stage)];
+    std::vector<Picoseconds> by_name(pix.folded_names.size(), 0);
     int64_t length = 0;
     while (op >= 0) {
       const auto i = static_cast<uint32_t>(op);
       const Op& o = p->ops[i];
       const auto& st = started[static_cast<size_t>(slot)];
       const auto& en = ended[static_cast<size_t>(slot)];
-      by_name[folded_name(p->names[o.name])] += en[i] - st[i];
+      by_name[static_cast<size_t>(pix.folded[i])] += en[i] - st[i];
       ++length;
       if (is_collective(o.kind)) {
         // The member that arrived last held the collective back.
@@ -577,7 +598,7 @@ struct Engine::Impl {
       }
       op = best;
     }
-    result.critical_path = ranked(by_name, 12);
+    result.critical_path = ranked(pix, by_name, 12);
     result.critical_path_length = length;
   }
 
@@ -734,9 +755,10 @@ struct Engine::Impl {
       const Program& p = program_of(slowest);
       const auto& st = started[static_cast<size_t>(slowest)];
       const auto& en = ended[static_cast<size_t>(slowest)];
-      std::unordered_map<std::string, Picoseconds> by_name;
-      for (uint32_t i = 0; i < p.ops.size(); ++i) by_name[folded_name(p.names[p.ops[i].name])] += en[i] - st[i];
-      result.top_ops = ranked(by_name, 12);
+      const ProgramIndex& ix = index[static_cast<size_t>(p.stage)];
+      std::vector<Picoseconds> by_name(ix.folded_names.size(), 0);
+      for (uint32_t i = 0; i < p.ops.size(); ++i) by_name[static_cast<size_t>(ix.folded[i])] += en[i] - st[i];
+      result.top_ops = ranked(ix, by_name, 12);
     }
     critical_path(slowest);
     exposed(slowest);

@@ -2,11 +2,14 @@
 #include "engine/engine.hpp"
 
 #include "engine/rank_classes.hpp"
+#include "engine/switch_tiers.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <functional>
 #include <map>
+#include <optional>
 #include <queue>
 #include <unordered_map>
 
@@ -183,6 +186,8 @@ struct Engine::Impl {
   bool distinct = false;
   RankClasses classes;                 // distinct mode only
   std::vector<int32_t> slot_rank;      // the rank each slot simulates
+  std::vector<std::vector<int32_t>> class_prefix;  // distinct mode: per class, its ranks among [0, r)
+  std::optional<SwitchTiers> tiers;    // switch instances, numbered after the slots' ports
   int64_t num_slots = 0;
   StepResult result;
   std::vector<Picoseconds> slot_end;
@@ -378,7 +383,13 @@ struct Engine::Impl {
       bytes = worst * (op.comm_bytes / assignments) * static_cast<double>(gp.size) / static_cast<double>(gp.size - 1);
     }
     const CollectiveCost c = cost.collective(op.kind, bytes, gp);
-    launch_flow(std::move(inst.members), c, t, gp.size > 1);
+    std::vector<int64_t> ranks;
+    if (distinct) {
+      ranks = g.plan.members(rank_of_slot(slot), op.group);
+    } else {
+      for (const auto& [s, i] : inst.members) ranks.push_back(s);
+    }
+    launch_flow(std::move(inst.members), c, t, gp.size > 1, ranks, op.kind == OpKind::all_to_all);
     instances.erase({static_cast<int>(op.group), key, match});
   }
 
@@ -404,7 +415,7 @@ struct Engine::Impl {
     if (waiting.size() < 2) return;
     GroupPlacement gp{2, sender / domain_size == receiver / domain_size ? 1 : 2, 1};
     const CollectiveCost c = cost.collective(OpKind::send, op.comm_bytes, gp);
-    launch_flow(std::move(waiting), c, t, true);
+    launch_flow(std::move(waiting), c, t, true, {sender, receiver}, true);
     p2p_waiting.erase(key);
   }
 
@@ -447,8 +458,11 @@ struct Engine::Impl {
     return id;
   }
 
+  // A transfer among `ranks` (the whole group, also in distinct mode, where `members` holds one
+  // slot per class): one flow on every member slot's port and on the switch instances it crosses.
+  // `direct`: all-to-all or point-to-point traffic (else ring-like; see switch_tiers.hpp).
   void launch_flow(std::vector<std::pair<int32_t, uint32_t>> members, const CollectiveCost& c, Picoseconds t,
-                   bool uses_fabric) {
+                   bool uses_fabric, const std::vector<int64_t>& ranks, bool direct) {
     const uint32_t id = new_flow();
     Flow& f = flows[id];
     f.members = std::move(members);
@@ -456,11 +470,27 @@ struct Engine::Impl {
     const double out_s = c.out_bytes > 0 ? c.out_bytes / c.out_bandwidth : 0;
     f.remaining = up_s + out_s;
     if (uses_fabric && f.remaining > 0) {
-      const int port = out_s > up_s ? kNicPort : kScaleUpPort;  // the phase that dominates decides the port shared
+      const bool scale_out = out_s > up_s;  // the phase that dominates decides the port shared
+      const int port = scale_out ? kNicPort : kScaleUpPort;
       for (const auto& [slot, op] : f.members) {
         f.ports.push_back(slot * kPortsPerSlot + port);
         f.weights.push_back(1.0);
       }
+      std::function<double(int64_t, int64_t)> participants;
+      if (distinct) {
+        // Lockstep copies of this flow: every rank of its classes in the switch instance.
+        participants = [&](int64_t first, int64_t span) {
+          const int64_t last = std::min(first + span, num_ranks);
+          double count = 0;
+          for (const auto& [slot, op] : f.members) {
+            const auto& prefix = class_prefix[static_cast<size_t>(slot)];
+            count += static_cast<double>(prefix[static_cast<size_t>(last)] - prefix[static_cast<size_t>(first)]);
+          }
+          return count;
+        };
+      }
+      tiers->add_links(ranks, direct, scale_out, scale_out ? c.out_bandwidth : c.up_bandwidth, participants, f.ports,
+                       f.weights);
     }
     schedule(t + to_ps(c.latency_s), EventKind::transfer_start, 0, id);
   }
@@ -653,6 +683,13 @@ struct Engine::Impl {
     if (distinct) {
       classes = interchangeable_ranks(g.plan, rank_program, opt.rank_speed);
       for (int32_t c = 0; c < classes.size(); ++c) slot_rank.push_back(classes.representative(c));
+      class_prefix.assign(static_cast<size_t>(classes.size()), std::vector<int32_t>(static_cast<size_t>(num_ranks) + 1, 0));
+      for (int32_t c = 0; c < classes.size(); ++c) {
+        auto& prefix = class_prefix[static_cast<size_t>(c)];
+        for (int64_t r = 0; r < num_ranks; ++r) {
+          prefix[static_cast<size_t>(r) + 1] = prefix[static_cast<size_t>(r)] + (classes.class_of[static_cast<size_t>(r)] == c);
+        }
+      }
     } else {
       classes = RankClasses{};
       for (int32_t r = 0; r < num_ranks; ++r) slot_rank.push_back(r);
@@ -683,10 +720,12 @@ struct Engine::Impl {
     last_version = 0;
     routing.clear();
     slot_load.clear();
-    port_capacity.assign(n * kPortsPerSlot, 1.0);
-    port_unfixed.assign(n * kPortsPerSlot, 0);
-    port_flows.assign(n * kPortsPerSlot, {});
-    port_stamp.assign(n * kPortsPerSlot, 0);
+    tiers.emplace(cost.hardware(), num_ranks, static_cast<int32_t>(n * kPortsPerSlot));
+    const size_t num_resources = n * kPortsPerSlot + static_cast<size_t>(tiers->num_resources());
+    port_capacity.assign(num_resources, 1.0);
+    port_unfixed.assign(num_resources, 0);
+    port_flows.assign(num_resources, {});
+    port_stamp.assign(num_resources, 0);
     flow_stamp.clear();
     stamp = 0;
     for (int32_t s = 0; s < num_slots; ++s) {

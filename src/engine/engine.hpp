@@ -14,7 +14,8 @@
 //     group kind on each member), a send when its receive is posted and vice versa;
 //   - after its latency, a transfer is a flow over shared resources, each of capacity 1 (its full
 //     bandwidth): a collective occupies the fabric port (scale-up or NIC) of every member with
-//     weight 1; a swap copy occupies its rank's host link in its direction with weight 1 and,
+//     weight 1, and each switch instance of the fabric's tiers that its traffic crosses with the
+//     weight switch_tiers.hpp derives; a swap copy occupies its rank's host link in its direction with weight 1 and,
 //     when host memory sits behind the scale-up fabric (a unified bus), the scale-up port with
 //     weight w = copy bandwidth / port bandwidth. Rates are max-min fair, recomputed whenever a
 //     flow starts or ends, by progressive filling: each resource's fair share is its remaining

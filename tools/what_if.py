@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""The seeds' what-ifs on the embedded default: each variant is the default scenario with one field
+changed, simulated with `moesim simulate --json`; prints the Markdown table of docs/what-if.md.
+
+usage: tools/what_if.py [MOESIM] [--steps N]
+"""
+import copy
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT = os.path.join(ROOT, "scenarios", "k3-lora-fsdp2-ep64.json")
+
+
+def setp(path, value):
+    def change(d):
+        keys = path.strip("/").split("/")
+        for k in keys[:-1]:
+            d = d[k]
+        d[keys[-1]] = value
+    return change
+
+
+VARIANTS = [
+    ("default", "-", []),
+    ("swap off", "`/swap/enabled` false", [setp("/swap/enabled", False)]),
+    ("unfused DSA", "`/fused_ops/dsa` false", [setp("/fused_ops/dsa", False)]),
+    ("unfused KDA", "`/fused_ops/kda` false", [setp("/fused_ops/kda", False)]),
+    ("no overlap", "`/overlap/comm_compute` false", [setp("/overlap/comm_compute", False)]),
+    ("skewed routing 0.5", "`/routing` skewed, Zipf 0.5", [setp("/routing/distribution", "skewed"), setp("/routing/skew", 0.5)]),
+    ("skewed routing 1.0", "`/routing` skewed, Zipf 1.0", [setp("/routing/distribution", "skewed"), setp("/routing/skew", 1.0)]),
+    ("EP16", "`/parallel/ep` 16", [setp("/parallel/ep", 16)]),
+    ("EP32", "`/parallel/ep` 32", [setp("/parallel/ep", 32)]),
+    ("EP128", "`/parallel/ep` 128", [setp("/parallel/ep", 128)]),
+]
+
+
+def main():
+    args = sys.argv[1:]
+    steps = "2"
+    if "--steps" in args:
+        i = args.index("--steps")
+        steps = args[i + 1]
+        del args[i:i + 2]
+    moesim = args[0] if args else os.path.join(ROOT, "build", "moesim")
+    with open(DEFAULT) as f:
+        base = json.load(f)
+    base["model"], base["hardware"] = "kimi-k3-dsa", "supernode-128"
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, field, changes in VARIANTS:
+            scenario = copy.deepcopy(base)
+            for change in changes:
+                change(scenario)
+            path = os.path.join(tmp, "variant.json")
+            with open(path, "w") as f:
+                json.dump(scenario, f)
+            out = subprocess.run([moesim, "simulate", path, "--json", "--steps", steps], capture_output=True, text=True,
+                                 check=True)
+            rows.append((name, field, json.loads(out.stdout)))
+    t0 = rows[0][2]["step_time_s"]
+    print("| variant | field changed | step time | vs default | MFU | peak HBM | peak DDR | exposed comm | fits |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, field, r in rows:
+        t = r["step_time_s"]
+        vs = "-" if name == "default" else f"{100 * (t / t0 - 1):+.1f}%"
+        exposed = r["breakdown_s"]["exposed"]
+        comm = sum(v for k, v in exposed.items() if k not in ("pipeline_bubble", "swap", "other"))
+        print(f"| {name} | {field} | {t:.2f} s | {vs} | {100 * r['mfu']:.1f}% | {r['peak_hbm_bytes'] / 1e9:.1f} GB | "
+              f"{r['peak_ddr_bytes'] / 1e9:.1f} GB | {comm:.2f} s | {'yes' if r['fits'] else 'no'} |")
+
+
+if __name__ == "__main__":
+    main()

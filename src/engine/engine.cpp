@@ -200,6 +200,7 @@ struct Engine::Impl {
   std::vector<std::vector<Picoseconds>> ended;
   std::vector<int32_t> comm_in_flight;
   std::vector<double> hbm, ddr;
+  std::vector<std::array<double, kNumMemCategories>> live;  // per slot: transient HBM by category
   std::vector<std::array<Picoseconds, kNumOpKinds>> busy;
   struct Instance {
     int32_t arrived = 0;
@@ -253,18 +254,28 @@ struct Engine::Impl {
     const Program& p = program_of(slot);
     auto& h = hbm[static_cast<size_t>(slot)];
     auto& d = ddr[static_cast<size_t>(slot)];
+    auto& by_category = live[static_cast<size_t>(slot)];
     for (const MemEffect& e : p.effects_of(op)) {
-      const double bytes = p.buffers[e.buffer].bytes;
+      const Buffer& b = p.buffers[e.buffer];
+      // HBM change of this effect at this moment (start or end of the op).
+      double dh = 0;
       switch (e.action) {
-        case MemAction::alloc: if (at_start) h += bytes; break;
-        case MemAction::free: if (!at_start) h -= bytes; break;
-        case MemAction::to_host: (at_start ? d : h) += at_start ? bytes : -bytes; break;
-        case MemAction::to_device: (at_start ? h : d) += at_start ? bytes : -bytes; break;
+        case MemAction::alloc: dh = at_start ? b.bytes : 0; break;
+        case MemAction::free: dh = at_start ? 0 : -b.bytes; break;
+        case MemAction::to_host:
+          if (at_start) d += b.bytes; else dh = -b.bytes;
+          break;
+        case MemAction::to_device:
+          if (at_start) dh = b.bytes; else d -= b.bytes;
+          break;
       }
+      h += dh;
+      by_category[static_cast<size_t>(b.category)] += dh;
     }
     RankMemory& m = slot_memory[static_cast<size_t>(slot)];
     if (h > m.peak_hbm_bytes) {
       m.peak_hbm_bytes = h;
+      m.peak_transient = by_category;
       m.peak_time = t;
       m.peak_op = op_index;
     }
@@ -711,6 +722,7 @@ struct Engine::Impl {
     comm_in_flight.assign(n, 0);
     hbm.assign(n, 0);
     ddr.assign(n, 0);
+    live.assign(n, {});
     busy.assign(n, {});
     instances.clear();
     p2p_waiting.clear();
@@ -763,7 +775,12 @@ struct Engine::Impl {
         }
       }
     }
-    for (int32_t s = 0; s < num_slots; ++s) slot_memory[static_cast<size_t>(s)].final_hbm_bytes = hbm[static_cast<size_t>(s)];
+    for (int32_t s = 0; s < num_slots; ++s) {
+      RankMemory& m = slot_memory[static_cast<size_t>(s)];
+      m.final_hbm_bytes = hbm[static_cast<size_t>(s)];
+      m.allocator_reserve_bytes = g.allocator_fragmentation * (m.peak_hbm_bytes - m.persistent_bytes);
+      m.peak_hbm_bytes += m.allocator_reserve_bytes;
+    }
     // Every rank gets its slot's results.
     result.rank_end.resize(static_cast<size_t>(num_ranks));
     result.memory.resize(static_cast<size_t>(num_ranks));

@@ -51,8 +51,14 @@ struct EngineOptions {
   bool distinct_ranks = false;
 };
 
+inline constexpr size_t kNumMemCategories = EnumNames<MemCategory>::names.size();
+
 struct RankMemory {
+  // The HBM peak: persistent state, the transient tensors live at that moment, and the
+  // allocator's reserve over them (StepGraph::allocator_fragmentation x the transient part).
   double peak_hbm_bytes = 0;
+  std::array<double, kNumMemCategories> peak_transient{};  // by MemCategory, at the peak
+  double allocator_reserve_bytes = 0;
   double peak_ddr_bytes = 0;
   double persistent_bytes = 0;
   Picoseconds peak_time = 0;

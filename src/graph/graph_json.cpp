@@ -188,6 +188,8 @@ void write_program(Writer& w, const Program& p) {
   w.number(p.persistent.grads, "persistent grads");
   w.raw(", \"optimizer_states\": ");
   w.number(p.persistent.optimizer_states, "persistent optimizer_states");
+  w.raw(", \"runtime\": ");
+  w.number(p.persistent.runtime, "persistent runtime");
   w.raw("},\n      \"names\": [");
   for (size_t i = 0; i < p.names.size(); ++i) {
     w.raw(i == 0 ? "\n        " : ",\n        ");
@@ -479,7 +481,8 @@ Program read_program(const Reader& r, const json& node, const Where& where, size
     p.persistent.master_params = r.amount(m.need("master_params"), at.at("master_params"));
     p.persistent.grads = r.amount(m.need("grads"), at.at("grads"));
     p.persistent.optimizer_states = r.amount(m.need("optimizer_states"), at.at("optimizer_states"));
-    m.finish({"params", "master_params", "grads", "optimizer_states"});
+    if (const json* j = m.find("runtime")) p.persistent.runtime = r.amount(*j, at.at("runtime"));
+    m.finish({"params", "master_params", "grads", "optimizer_states", "runtime"});
   }
   {
     const Where at = where.at("names");
@@ -605,6 +608,8 @@ std::string export_graph_json(const StepGraph& g) {
   w.number(g.tokens_per_step);
   w.raw(",\n  \"seq_len\": ");
   w.number(g.seq_len);
+  w.raw(",\n  \"allocator_fragmentation\": ");
+  w.number(g.allocator_fragmentation, "allocator_fragmentation");
   w.raw(",\n  \"routing\": ");
   write_routing(w, g.routing);
   w.raw(",\n  \"programs\": [");
@@ -645,6 +650,9 @@ StepGraph import_graph_json(const std::string& text, const std::string& file) {
   g.tokens_per_micro_batch = r.integer(o.need("tokens_per_micro_batch"), top.at("tokens_per_micro_batch"), 0);
   g.tokens_per_step = r.integer(o.need("tokens_per_step"), top.at("tokens_per_step"), 0);
   g.seq_len = r.integer(o.need("seq_len"), top.at("seq_len"), 0);
+  if (const json* j = o.find("allocator_fragmentation")) {
+    g.allocator_fragmentation = r.amount(*j, top.at("allocator_fragmentation"));
+  }
   read_routing(r, o.need("routing"), top.at("routing"), mesh, g);
 
   const Where at = top.at("programs");
@@ -656,7 +664,7 @@ StepGraph import_graph_json(const std::string& text, const std::string& file) {
   g.programs.reserve(programs.size());
   for (size_t i = 0; i < programs.size(); ++i) g.programs.push_back(read_program(r, programs[i], at.at(i), i));
   o.finish({"format", "version", "scenario", "mesh", "num_micro_batches", "tokens_per_micro_batch", "tokens_per_step",
-            "seq_len", "routing", "programs"});
+            "seq_len", "allocator_fragmentation", "routing", "programs"});
   return g;
 }
 

@@ -27,7 +27,8 @@ struct PersistentMemory {
   double master_params = 0;     // fp32 master copies of trainable weights
   double grads = 0;             // sharded gradients of trainable weights
   double optimizer_states = 0;
-  double total() const { return params + master_params + grads + optimizer_states; }
+  double runtime = 0;           // the software stack: runtime reserve and communicator buffers
+  double total() const { return params + master_params + grads + optimizer_states + runtime; }
 };
 
 struct Program {

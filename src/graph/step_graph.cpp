@@ -547,6 +547,17 @@ StepGraph build_step_graph(const Scenario& s) {
   g.tokens_per_micro_batch = builder.tokens();
   g.tokens_per_step = s.spec.batch.global_batch_size * s.spec.batch.sequence_length;
   g.seq_len = s.spec.batch.sequence_length;
+  g.allocator_fragmentation = s.spec.memory.allocator_fragmentation;
+  // The software stack's share: one set of collective-library buffers per communicator a program
+  // uses (group kinds with more than one member that it communicates over).
+  for (Program& p : g.programs) {
+    std::array<bool, kNumGroupKinds> used{};
+    for (const Op& op : p.ops) {
+      if (is_communication(op.kind) && g.plan.group_size(op.group) > 1) used[static_cast<size_t>(op.group)] = true;
+    }
+    const auto communicators = static_cast<double>(std::count(used.begin(), used.end(), true));
+    p.persistent.runtime = s.spec.memory.runtime_reserved.value + communicators * s.spec.memory.comm_buffer_per_group.value;
+  }
   if (s.model.moe) {
     g.routing.emplace(s.spec.routing, s.model.moe->num_experts, s.model.moe->top_k, s.spec.parallel.ep,
                       s.routing_histogram);

@@ -90,6 +90,16 @@ StepReport make_step_report(const Scenario& s, const StepGraph& g, const GraphSt
       r.peak_time_s = ps_to_s(m.peak_time);
       const Program& p = g.programs[static_cast<size_t>(g.plan.program_of(static_cast<int64_t>(rank)))];
       r.peak_op = p.name_of(p.ops[m.peak_op]);
+      r.memory_at_peak = {{"params", p.persistent.params},
+                          {"master_params", p.persistent.master_params},
+                          {"grads", p.persistent.grads},
+                          {"optimizer_states", p.persistent.optimizer_states},
+                          {"runtime", p.persistent.runtime}};
+      for (const auto& [name, category] : EnumNames<MemCategory>::names) {
+        const double bytes = m.peak_transient[static_cast<size_t>(category)];
+        if (bytes != 0) r.memory_at_peak.emplace_back(std::string(name), bytes);
+      }
+      r.memory_at_peak.emplace_back("allocator_reserve", m.allocator_reserve_bytes);
     }
   }
   r.fits = r.peak_hbm_bytes <= r.hbm_capacity_bytes && r.peak_ddr_bytes <= r.ddr_capacity_bytes;
@@ -132,6 +142,12 @@ std::string step_report_text(const StepReport& r) {
       << "; persistent " << format_quantity(r.persistent_bytes, Dimension::bytes) << "), host DDR "
       << format_quantity(r.peak_ddr_bytes, Dimension::bytes) << " of " << format_quantity(r.ddr_capacity_bytes, Dimension::bytes)
       << " -> " << (r.fits ? "fits" : "DOES NOT FIT") << "\n";
+  out << "  HBM at the peak  ";
+  for (size_t i = 0; i < r.memory_at_peak.size(); ++i) {
+    out << (i == 0 ? " " : ", ") << r.memory_at_peak[i].first << " "
+        << format_quantity(r.memory_at_peak[i].second, Dimension::bytes);
+  }
+  out << "\n";
   out << "  breakdown (slowest rank):\n";
   for (const auto& [name, t] : r.compute_s) {
     std::snprintf(line, sizeof line, "    compute %-22s %9.3f s\n", name.c_str(), t);
@@ -185,6 +201,8 @@ std::string step_report_json(const StepReport& r) {
   j["persistent_bytes"] = r.persistent_bytes;
   j["fits"] = r.fits;
   j["peak_hbm"] = {{"rank", r.peak_rank}, {"op", r.peak_op}, {"time_s", r.peak_time_s}};
+  j["memory_at_peak_bytes"] = nlohmann::json::object();
+  for (const auto& [part, bytes] : r.memory_at_peak) j["memory_at_peak_bytes"][part] = bytes;
   nlohmann::json breakdown;
   for (const auto& [name, t] : r.compute_s) breakdown["compute"][name] = t;
   for (const auto& [name, t] : r.communication_s) breakdown["communication_busy"][name] = t;

@@ -37,6 +37,9 @@ struct StepReport {
   double peak_ddr_bytes = 0;
   double ddr_capacity_bytes = 0;
   double persistent_bytes = 0;       // of the rank with the HBM peak
+  // What that rank's HBM held at its peak: persistent parts, transient tensors by category, the
+  // allocator's reserve; they sum to peak_hbm_bytes.
+  std::vector<std::pair<std::string, double>> memory_at_peak;
   bool fits = false;
   int32_t peak_rank = 0;
   std::string peak_op;

@@ -135,6 +135,17 @@ void declare_fields(F& f, FusedOpsSpec& s) {
 }
 
 template <class F>
+void declare_fields(F& f, MemoryOverheadSpec& s) {
+  f.optional("runtime_reserved", s.runtime_reserved, Bytes{1e9},
+             "Device memory the runtime holds (CUDA context, library workspaces, framework state).", non_negative());
+  f.optional("comm_buffer_per_group", s.comm_buffer_per_group, Bytes{128.0 * (1 << 20)},
+             "Collective-library buffers per communicator (process group with more than one member).",
+             non_negative());
+  f.optional("allocator_fragmentation", s.allocator_fragmentation, 0.05,
+             "The caching allocator's reserve, as a fraction of the peak of transient tensors.", between(0, 1));
+}
+
+template <class F>
 void declare_fields(F& f, StragglerSpec& s) {
   f.required("ranks", s.ranks, "Ranks (0-based) that run slow.");
   f.required("slowdown", s.slowdown, "Factor on their kernel times: 1.2 is 20% slower.", at_least(1.0));
@@ -167,6 +178,7 @@ void declare_fields(F& f, ScenarioSpec& s) {
   f.optional("routing", s.routing, RoutingSpec{}, "Distribution of tokens over experts.");
   f.optional("overlap", s.overlap, OverlapSpec{}, "Communication/compute overlap.");
   f.optional("fused_ops", s.fused_ops, FusedOpsSpec{}, "Fused-kernel switches.");
+  f.optional("memory", s.memory, MemoryOverheadSpec{}, "Memory the software stack holds besides tensors.");
   f.optional("stragglers", s.stragglers, std::vector<StragglerSpec>{},
              "Slow devices; every collective they join waits for them.");
   f.optional("sweep", s.sweep, SweepSpec{}, "Sweep axes (used by `moesim sweep`).");

@@ -146,6 +146,13 @@ struct OverlapSpec {
   bool moe_local_first = true;     // experts start on local tokens while dispatch is in flight
 };
 
+// What the software stack holds besides the model's tensors (assumptions, to be calibrated).
+struct MemoryOverheadSpec {
+  Bytes runtime_reserved{1e9};             // CUDA context, library workspaces, framework state
+  Bytes comm_buffer_per_group{128.0 * (1 << 20)};  // collective library buffers per communicator used
+  double allocator_fragmentation = 0.05;   // caching allocator's reserve over the transient peak
+};
+
 struct FusedOpsSpec {
   bool dsa = false;           // LI / SFA / SFAG fused kernels
   bool kda = false;           // fused KDA forward and backward
@@ -182,6 +189,7 @@ struct ScenarioSpec {
   RoutingSpec routing;
   OverlapSpec overlap;
   FusedOpsSpec fused_ops;
+  MemoryOverheadSpec memory;
   std::vector<StragglerSpec> stragglers;
   SweepSpec sweep;
 };

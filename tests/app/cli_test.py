@@ -69,6 +69,9 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(mem) as f:
         expect("memory csv", f.readline().startswith("rank,time_s,hbm_bytes,ddr_bytes"))
     # Exposed time by cause adds up with the compute stream to the step.
+    parts = s1["memory_at_peak_bytes"]
+    expect("memory at peak adds up", abs(sum(parts.values()) - s1["peak_hbm_bytes"]) < 1e-9 * s1["peak_hbm_bytes"], str(parts))
+    expect("memory at peak parts", {"params", "runtime", "activation", "allocator_reserve"} <= set(parts), str(parts))
     b = s1["breakdown_s"]
     expect("breakdown adds up", abs(b["compute_stream"] + b["exposed_total"] - s1["step_time_s"]) < 1e-9 * s1["step_time_s"],
            str(b))

@@ -128,6 +128,8 @@ write("histogram-length", mutate(scenario, lambda d: d.update(routing={"distribu
 write("seq-cp", mutate(scenario, lambda d: (d["parallel"].update(cp=2), d["parallel"]["fsdp"].update(shard=64), d["parallel"].update(ep=64), d["batch"].update(sequence_length=32767, global_batch_size=64))), "scenario", "/batch/sequence_length", "must be divisible by cp (2)")
 write("straggler-rank", mutate(scenario, setp("/stragglers", [{"ranks": [3, 128], "slowdown": 1.2}])), "scenario", "/stragglers/0/ranks/1", "rank 128 is not one of the 128 devices")
 write("straggler-speedup", mutate(scenario, setp("/stragglers", [{"ranks": [3], "slowdown": 0.5}])), "scenario", "/stragglers/0/slowdown", "must be >= 1, got 0.5")
+write("fragmentation", mutate(scenario, setp("/memory", {"allocator_fragmentation": 1.5})), "scenario", "/memory/allocator_fragmentation", "must be in [0, 1], got 1.5")
+write("runtime-unit", mutate(scenario, setp("/memory", {"runtime_reserved": "1 GHz"})), "scenario", "/memory/runtime_reserved", "is not a unit of bytes")
 
 os.makedirs(os.path.join(OUT, "routing"), exist_ok=True)
 with open(os.path.join(OUT, "routing", "short-histogram.json"), "w") as f:

@@ -105,7 +105,17 @@ TEST_CASE("whole steps: memory balances, MFU <= 1, determinism, more bandwidth n
     CHECK(m.final_hbm_bytes == doctest::Approx(m.persistent_bytes).epsilon(1e-9));
     CHECK(m.min_hbm_bytes >= m.persistent_bytes * (1 - 1e-12));
     CHECK(m.peak_hbm_bytes >= m.persistent_bytes);
+    // The peak is persistent state + the transient tensors live then + the allocator's reserve
+    // over them (5% by default).
+    double transient = 0;
+    for (double bytes : m.peak_transient) transient += bytes;
+    CHECK(transient > 0);
+    CHECK(m.allocator_reserve_bytes == doctest::Approx(0.05 * transient).epsilon(1e-9));
+    CHECK(m.peak_hbm_bytes == doctest::Approx(m.persistent_bytes + transient + m.allocator_reserve_bytes).epsilon(1e-12));
   }
+  // The runtime's share of persistent memory: 1 GB + 128 MiB for each communicator used (fsdp and
+  // ep; the expert-data-parallel group has one member).
+  CHECK(g.programs[0].persistent.runtime == doctest::Approx(1e9 + 2 * 128.0 * (1 << 20)).epsilon(1e-12));
   const GraphStats stats = compute_stats(g);
   const double capacity = seconds(a.step_time) * 8 * 989e12;
   CHECK(stats.model_flops_per_step / capacity <= 1.0);

@@ -594,12 +594,43 @@ struct Engine::Impl {
         for (uint32_t id : port_flows[static_cast<size_t>(best)]) fix(id);
       }
     }
+    if (opt.check_max_min) check_max_min(component, touched);
     // Only flows whose rate changed get a new finish time; the others' events stay valid.
     for (size_t i = 0; i < component.size(); ++i) {
       Flow& f = flows[component[i]];
       if (f.rate == old_rate[i] && static_cast<int64_t>(component[i]) != fresh) continue;
       f.version = ++last_version;  // unique across flows and their reuse: stale events never match
       schedule(t + to_ps(f.remaining / f.rate), EventKind::flow_done, 0, component[i], f.version);
+    }
+  }
+
+  // The definition of max-min fairness, checked: no resource carries more than its capacity, and
+  // every flow below its full rate crosses a saturated resource on which no flow goes faster
+  // (so it could only go faster by slowing one that is not faster than it).
+  void check_max_min(const std::vector<uint32_t>& component, const std::vector<int32_t>& touched) {
+    constexpr double tol = 1e-9;
+    std::unordered_map<int32_t, std::pair<double, double>> port_load;  // load, fastest flow
+    for (int32_t port : touched) {
+      auto& [load, fastest] = port_load[port];
+      for (uint32_t id : port_flows[static_cast<size_t>(port)]) {
+        const Flow& f = flows[id];
+        for (size_t k = 0; k < f.ports.size(); ++k) {
+          if (f.ports[k] == port) load += f.rate * f.weights[k];
+        }
+        fastest = std::max(fastest, f.rate);
+      }
+      if (load > 1 + tol) ++result.max_min_violations;
+    }
+    for (uint32_t id : component) {
+      const Flow& f = flows[id];
+      ++result.max_min_checks;
+      if (f.rate >= 1 - tol) continue;
+      bool bottlenecked = false;
+      for (int32_t port : f.ports) {
+        const auto& [load, fastest] = port_load[port];
+        if (load >= 1 - tol && f.rate >= fastest - tol) bottlenecked = true;
+      }
+      if (!bottlenecked) ++result.max_min_violations;
     }
   }
 

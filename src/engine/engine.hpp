@@ -49,6 +49,9 @@ struct EngineOptions {
   // same classes of peers in every group) instead of every rank; see engine.cpp. Exact when the
   // members' loads are equal; with sampled routing each class runs its slowest member's loads.
   bool distinct_ranks = false;
+  // Verify every max-min sharing against its definition (tests): StepResult counts the checks
+  // and the violations.
+  bool check_max_min = false;
 };
 
 inline constexpr size_t kNumMemCategories = EnumNames<MemCategory>::names.size();
@@ -74,6 +77,8 @@ struct StepResult {
   Timeline timeline;                  // when recorded
   int64_t num_events = 0;
   int64_t num_simulated_ranks = 0;    // all ranks, or one per class with distinct_ranks
+  int64_t max_min_checks = 0;         // with EngineOptions::check_max_min
+  int64_t max_min_violations = 0;
   int32_t slowest_rank = 0;
   // The slowest rank's busy time per queue and op kind (ps).
   std::vector<std::pair<OpKind, Picoseconds>> compute_busy;  // by kind

@@ -121,6 +121,7 @@ StepReport make_step_report(const Scenario& s, const StepGraph& g, const GraphSt
   r.critical_path_length = first.critical_path_length;
   r.sim_wall_s = sim_wall_s;
   for (const StepResult& st : steps) r.num_events += st.num_events;
+  r.num_simulated_ranks = steps.front().num_simulated_ranks;
   return r;
 }
 
@@ -171,7 +172,9 @@ std::string step_report_text(const StepReport& r) {
     std::snprintf(line, sizeof line, "    %-52s %9.3f s\n", name.c_str(), t);
     out << line;
   }
-  std::snprintf(line, sizeof line, "  simulated in      %.3f s (%lld events)\n", r.sim_wall_s, static_cast<long long>(r.num_events));
+  std::snprintf(line, sizeof line, "  simulated in      %.3f s (%lld events, %lld of %lld ranks simulated)\n", r.sim_wall_s,
+                static_cast<long long>(r.num_events), static_cast<long long>(r.num_simulated_ranks),
+                static_cast<long long>(r.num_devices));
   out << line;
   return out.str();
 }
@@ -226,6 +229,7 @@ std::string step_report_json(const StepReport& r) {
   j["busiest_ops"] = ops(r.top_ops_s);
   j["sim_wall_s"] = r.sim_wall_s;
   j["num_events"] = r.num_events;
+  j["num_simulated_ranks"] = r.num_simulated_ranks;
   return j.dump(2) + "\n";
 }
 

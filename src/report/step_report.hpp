@@ -57,6 +57,7 @@ struct StepReport {
   int64_t critical_path_length = 0;
   double sim_wall_s = 0;
   int64_t num_events = 0;
+  int64_t num_simulated_ranks = 0;  // every rank, or one per class of interchangeable ranks
 };
 
 // `steps` are the engine's results for sampled steps 0..n-1.

@@ -191,7 +191,7 @@ struct Engine::Impl {
   int64_t num_slots = 0;
   StepResult result;
   std::vector<Picoseconds> slot_end;
-  std::vector<RankMemory> slot_memory;
+  std::vector<RankMemoryLedger> memory;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
   uint64_t next_seq = 0;
   uint64_t last_version = 0;
@@ -199,8 +199,6 @@ struct Engine::Impl {
   std::vector<std::vector<Picoseconds>> started;
   std::vector<std::vector<Picoseconds>> ended;
   std::vector<int32_t> comm_in_flight;
-  std::vector<double> hbm, ddr;
-  std::vector<std::array<double, kNumMemCategories>> live;  // per slot: transient HBM by category
   std::vector<std::array<Picoseconds, kNumOpKinds>> busy;
   struct Instance {
     int32_t arrived = 0;
@@ -251,38 +249,10 @@ struct Engine::Impl {
 
   void apply_effects(int32_t slot, const Op& op, bool at_start, Picoseconds t, uint32_t op_index) {
     if (op.num_effects == 0) return;
-    const Program& p = program_of(slot);
-    auto& h = hbm[static_cast<size_t>(slot)];
-    auto& d = ddr[static_cast<size_t>(slot)];
-    auto& by_category = live[static_cast<size_t>(slot)];
-    for (const MemEffect& e : p.effects_of(op)) {
-      const Buffer& b = p.buffers[e.buffer];
-      // HBM change of this effect at this moment (start or end of the op).
-      double dh = 0;
-      switch (e.action) {
-        case MemAction::alloc: dh = at_start ? b.bytes : 0; break;
-        case MemAction::free: dh = at_start ? 0 : -b.bytes; break;
-        case MemAction::to_host:
-          if (at_start) d += b.bytes; else dh = -b.bytes;
-          break;
-        case MemAction::to_device:
-          if (at_start) dh = b.bytes; else d -= b.bytes;
-          break;
-      }
-      h += dh;
-      by_category[static_cast<size_t>(b.category)] += dh;
-    }
-    RankMemory& m = slot_memory[static_cast<size_t>(slot)];
-    if (h > m.peak_hbm_bytes) {
-      m.peak_hbm_bytes = h;
-      m.peak_transient = by_category;
-      m.peak_time = t;
-      m.peak_op = op_index;
-    }
-    m.peak_ddr_bytes = std::max(m.peak_ddr_bytes, d);
-    m.min_hbm_bytes = std::min(m.min_hbm_bytes, h);
+    RankMemoryLedger& m = memory[static_cast<size_t>(slot)];
+    m.apply(program_of(slot), op, op_index, at_start, t);
     if (opt.record_timeline && rank_of_slot(slot) < opt.record_memory_ranks) {
-      result.timeline.memory.push_back(MemorySample{rank_of_slot(slot), t, h, d});
+      result.timeline.memory.push_back(MemorySample{rank_of_slot(slot), t, m.hbm_bytes(), m.ddr_bytes()});
     }
   }
 
@@ -746,14 +716,12 @@ struct Engine::Impl {
     result.num_simulated_ranks = num_slots;
     const auto n = static_cast<size_t>(num_slots);
     slot_end.assign(n, 0);
-    slot_memory.assign(n, RankMemory{});
+
     remaining.assign(n, {});
     started.assign(n, {});
     ended.assign(n, {});
     comm_in_flight.assign(n, 0);
-    hbm.assign(n, 0);
-    ddr.assign(n, 0);
-    live.assign(n, {});
+    memory.clear();
     busy.assign(n, {});
     instances.clear();
     p2p_waiting.clear();
@@ -773,11 +741,7 @@ struct Engine::Impl {
     stamp = 0;
     for (int32_t s = 0; s < num_slots; ++s) {
       const Program& p = program_of(s);
-      const double persistent = p.persistent.total();
-      hbm[static_cast<size_t>(s)] = persistent;
-      slot_memory[static_cast<size_t>(s)].persistent_bytes = persistent;
-      slot_memory[static_cast<size_t>(s)].peak_hbm_bytes = persistent;
-      slot_memory[static_cast<size_t>(s)].min_hbm_bytes = persistent;
+      memory.emplace_back(p.persistent.total());
       remaining[static_cast<size_t>(s)] = index[static_cast<size_t>(p.stage)].num_preds;
       started[static_cast<size_t>(s)].assign(p.ops.size(), 0);
       ended[static_cast<size_t>(s)].assign(p.ops.size(), 0);
@@ -806,12 +770,8 @@ struct Engine::Impl {
         }
       }
     }
-    for (int32_t s = 0; s < num_slots; ++s) {
-      RankMemory& m = slot_memory[static_cast<size_t>(s)];
-      m.final_hbm_bytes = hbm[static_cast<size_t>(s)];
-      m.allocator_reserve_bytes = g.allocator_fragmentation * (m.peak_hbm_bytes - m.persistent_bytes);
-      m.peak_hbm_bytes += m.allocator_reserve_bytes;
-    }
+    std::vector<RankMemory> slot_memory;
+    for (const RankMemoryLedger& m : memory) slot_memory.push_back(m.finish(g.allocator_fragmentation));
     // Every rank gets its slot's results.
     result.rank_end.resize(static_cast<size_t>(num_ranks));
     result.memory.resize(static_cast<size_t>(num_ranks));

@@ -37,6 +37,7 @@
 #include "cost/cost_model.hpp"
 #include "engine/timeline.hpp"
 #include "graph/step_graph.hpp"
+#include "memory/rank_memory.hpp"
 
 namespace moesim {
 
@@ -52,22 +53,6 @@ struct EngineOptions {
   // Verify every max-min sharing against its definition (tests): StepResult counts the checks
   // and the violations.
   bool check_max_min = false;
-};
-
-inline constexpr size_t kNumMemCategories = EnumNames<MemCategory>::names.size();
-
-struct RankMemory {
-  // The HBM peak: persistent state, the transient tensors live at that moment, and the
-  // allocator's reserve over them (StepGraph::allocator_fragmentation x the transient part).
-  double peak_hbm_bytes = 0;
-  std::array<double, kNumMemCategories> peak_transient{};  // by MemCategory, at the peak
-  double allocator_reserve_bytes = 0;
-  double peak_ddr_bytes = 0;
-  double persistent_bytes = 0;
-  Picoseconds peak_time = 0;
-  uint32_t peak_op = 0;   // op after whose effects the HBM peak was reached
-  double final_hbm_bytes = 0;
-  double min_hbm_bytes = 0;  // never below persistent if effects balance
 };
 
 struct StepResult {

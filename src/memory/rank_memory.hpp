@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: MIT
+// Memory of one rank over a step, per tier: HBM (persistent state, transient tensors by category)
+// and host DDR (what swap moved there), applied op by op as the engine runs them, with the peak,
+// when and after which op it happened, and the caching allocator's reserve over it.
+//
+// Effects (graph/op.hpp MemAction) take effect at an op's start (alloc, the device copy of a
+// swap-in) or end (free, the release of a swapped-out tensor from HBM): during a swap both
+// copies exist, as they do on the hardware.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "core/enum_names.hpp"
+#include "graph/program.hpp"
+
+namespace moesim {
+
+using Picoseconds = int64_t;
+inline constexpr size_t kNumMemCategories = EnumNames<MemCategory>::names.size();
+
+struct RankMemory {
+  // The HBM peak: persistent state, the transient tensors live at that moment, and the
+  // allocator's reserve over them (fragmentation x the transient part).
+  double peak_hbm_bytes = 0;
+  std::array<double, kNumMemCategories> peak_transient{};  // by MemCategory, at the peak
+  double allocator_reserve_bytes = 0;
+  double peak_ddr_bytes = 0;
+  double persistent_bytes = 0;
+  Picoseconds peak_time = 0;
+  uint32_t peak_op = 0;      // op after whose effects the HBM peak was reached
+  double final_hbm_bytes = 0;
+  double min_hbm_bytes = 0;  // never below persistent if effects balance
+};
+
+class RankMemoryLedger {
+ public:
+  // A rank holding `persistent` bytes of HBM for the whole step.
+  explicit RankMemoryLedger(double persistent = 0);
+
+  // Applies the effects of `op` (index `op_index` of `p`) at its start or end, at time t.
+  void apply(const Program& p, const Op& op, uint32_t op_index, bool at_start, Picoseconds t);
+
+  double hbm_bytes() const { return hbm_; }
+  double ddr_bytes() const { return ddr_; }
+  // The step's summary; `fragmentation` sizes the allocator's reserve over the transient peak.
+  RankMemory finish(double fragmentation) const;
+
+ private:
+  double hbm_ = 0;
+  double ddr_ = 0;
+  std::array<double, kNumMemCategories> live_{};
+  RankMemory m_;
+};
+
+}  // namespace moesim

@@ -188,6 +188,11 @@ struct Engine::Impl {
   std::vector<int32_t> slot_rank;      // the rank each slot simulates
   std::vector<std::vector<int32_t>> class_prefix;  // distinct mode: per class, its ranks among [0, r)
   std::optional<SwitchTiers> tiers;    // switch instances, numbered after the slots' ports
+  // Switch instances and weights per unit of bandwidth of a transfer, by (first rank, last rank,
+  // members, direct, scale-out, first member slot): groups are arithmetic progressions of ranks,
+  // so the first, the last and the count name one.
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool, int32_t>, std::pair<std::vector<int32_t>, std::vector<double>>>
+      tier_links;
   int64_t num_slots = 0;
   StepResult result;
   std::vector<Picoseconds> slot_end;
@@ -369,6 +374,7 @@ struct Engine::Impl {
       ranks = g.plan.members(rank_of_slot(slot), op.group);
     } else {
       for (const auto& [s, i] : inst.members) ranks.push_back(s);
+      std::sort(ranks.begin(), ranks.end());  // arrival order; a group is known by its first and last rank
     }
     launch_flow(std::move(inst.members), c, t, gp.size > 1, ranks, op.kind == OpKind::all_to_all);
     instances.erase({static_cast<int>(op.group), key, match});
@@ -396,7 +402,7 @@ struct Engine::Impl {
     if (waiting.size() < 2) return;
     GroupPlacement gp{2, sender / domain_size == receiver / domain_size ? 1 : 2, 1};
     const CollectiveCost c = cost.collective(OpKind::send, op.comm_bytes, gp);
-    launch_flow(std::move(waiting), c, t, true, {sender, receiver}, true);
+    launch_flow(std::move(waiting), c, t, true, {std::min(sender, receiver), std::max(sender, receiver)}, true);
     p2p_waiting.erase(key);
   }
 
@@ -457,21 +463,31 @@ struct Engine::Impl {
         f.ports.push_back(slot * kPortsPerSlot + port);
         f.weights.push_back(1.0);
       }
-      std::function<double(int64_t, int64_t)> participants;
-      if (distinct) {
-        // Lockstep copies of this flow: every rank of its classes in the switch instance.
-        participants = [&](int64_t first, int64_t span) {
-          const int64_t last = std::min(first + span, num_ranks);
-          double count = 0;
-          for (const auto& [slot, op] : f.members) {
-            const auto& prefix = class_prefix[static_cast<size_t>(slot)];
-            count += static_cast<double>(prefix[static_cast<size_t>(last)] - prefix[static_cast<size_t>(first)]);
-          }
-          return count;
-        };
+      // Which switch instances the flow crosses, and its share of each per unit of bandwidth,
+      // depend only on who takes part: computed once per group and pattern.
+      const auto key = std::make_tuple(ranks.front(), ranks.back(), static_cast<int64_t>(ranks.size()), direct, scale_out,
+                                       f.members.front().first);
+      auto [it, inserted] = tier_links.try_emplace(key);
+      if (inserted) {
+        std::function<double(int64_t, int64_t)> participants;
+        if (distinct) {
+          // Lockstep copies of this flow: every rank of its classes in the switch instance.
+          participants = [&](int64_t first, int64_t span) {
+            const int64_t last = std::min(first + span, num_ranks);
+            double count = 0;
+            for (const auto& [slot, op] : f.members) {
+              const auto& prefix = class_prefix[static_cast<size_t>(slot)];
+              count += static_cast<double>(prefix[static_cast<size_t>(last)] - prefix[static_cast<size_t>(first)]);
+            }
+            return count;
+          };
+        }
+        tiers->add_links(ranks, direct, scale_out, 1.0, participants, it->second.first, it->second.second);
       }
-      tiers->add_links(ranks, direct, scale_out, scale_out ? c.out_bandwidth : c.up_bandwidth, participants, f.ports,
-                       f.weights);
+      const double bandwidth = scale_out ? c.out_bandwidth : c.up_bandwidth;
+      const auto& [resources, per_bandwidth] = it->second;
+      f.ports.insert(f.ports.end(), resources.begin(), resources.end());
+      for (double w : per_bandwidth) f.weights.push_back(w * bandwidth);
     }
     schedule(t + to_ps(c.latency_s), EventKind::transfer_start, 0, id);
   }
@@ -732,6 +748,7 @@ struct Engine::Impl {
     routing.clear();
     slot_load.clear();
     tiers.emplace(cost.hardware(), num_ranks, static_cast<int32_t>(n * kPortsPerSlot));
+    tier_links.clear();
     const size_t num_resources = n * kPortsPerSlot + static_cast<size_t>(tiers->num_resources());
     port_capacity.assign(num_resources, 1.0);
     port_unfixed.assign(num_resources, 0);

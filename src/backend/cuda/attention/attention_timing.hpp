@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: MIT
+// Timing of the attention kernels at a given shape, for the calibrator and attention_bench:
+// allocates two sets of random, non-zero inputs (alternated between repeats, so inputs larger
+// than L2 come from HBM), warms up, and reports the median of CUDA-event timed repeats with the
+// kernel's cost record. Runs on the current device and the default stream; throws BackendError.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backend/cuda/attention/dsa.hpp"
+#include "backend/cuda/attention/kda.hpp"
+#include "backend/cuda/attention/mla_attention.hpp"
+
+namespace moesim::cuda {
+
+struct KernelTiming {
+  std::string name;   // e.g. "kda_forward"
+  std::string shape;  // human-readable
+  double ms = 0;      // median
+  KernelCost cost;
+};
+
+struct TimingOptions {
+  int warmup = 2;
+  int repeats = 5;
+};
+
+// kda_forward, kda_backward.
+std::vector<KernelTiming> time_kda(const KdaShape& s, const TimingOptions& opt = {});
+// mla_forward, mla_backward (tensor cores), then the same with suffix _simt.
+std::vector<KernelTiming> time_mla(const MlaShape& s, const TimingOptions& opt = {});
+// dsa_indexer, dsa_indexer_backward, dsa_topk, dsa_sparse_forward, dsa_sparse_backward (the sparse
+// kernels run on the indices the indexer and top-k produced).
+std::vector<KernelTiming> time_dsa(const DsaIndexerShape& ix, const DsaAttentionShape& at,
+                                   const TimingOptions& opt = {});
+
+}  // namespace moesim::cuda

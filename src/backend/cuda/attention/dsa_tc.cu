@@ -1,0 +1,572 @@
+// SPDX-License-Identifier: MIT
+// DSA sparse MQA attention on tensor cores (WMMA 16x16x16, BF16 operands, FP32 accumulators).
+// All heads of a query share its selected latents, so a block takes one query and 32 heads: the
+// heads are the M dimension of Q K^T, the gathered keys (64 per tile) N. As in the MLA kernels
+// the forward makes two passes (lse, then P V) so that output fragments never need a per-row
+// rescale. Backward: dQ per (query, 32 heads) without atomics; dKV per query over key tiles of
+// 32, summed over all heads in fragments, then added to the shared latents with FP32 atomics.
+#include <mma.h>
+
+#include <cmath>
+
+#include "backend/cuda/attention/dsa_tc.hpp"
+#include "backend/cuda/check.hpp"
+#include "backend/cuda/kernels_common.cuh"
+
+namespace moesim::cuda::dsa_tc {
+namespace {
+
+namespace wmma = nvcuda::wmma;
+using bf16 = __nv_bfloat16;
+using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
+using FragBcol = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
+using FragBrow = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
+using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+constexpr int kLat = 512, kDq = 576;  // latent (value) dims; query/key dims (latent + rope 64)
+constexpr int kHg = kHeadGroup;
+constexpr int kThreads = 256;
+// Shared-memory row strides padded by 16 bytes (BF16) or 16 bytes (FP32): rows of 1152 or 1024
+// bytes would put the 16 rows of a WMMA fragment in the same banks.
+constexpr int kLq = kDq + 8, kLv = kLat + 8;  // BF16 q/k and dO tiles
+constexpr int kLs = 64 + 4, kLp = 64 + 8;     // FP32 S, BF16 P tiles of 64 keys
+constexpr int kLs2 = 32 + 4, kLp2 = 32 + 8;   // the same for 32 x 32 tiles (dKV kernel)
+
+// c = A[16 x K] B[16 x K]^T, both row-major with leading dims lda, ldb (pointers at row 0).
+template <int K>
+__device__ __forceinline__ void mma_abt(FragC& c, const bf16* a, int lda, const bf16* b, int ldb) {
+  wmma::fill_fragment(c, 0.f);
+  FragA fa;
+  FragBcol fb;
+  for (int kk = 0; kk < K / 16; ++kk) {
+    wmma::load_matrix_sync(fa, a + kk * 16, lda);
+    wmma::load_matrix_sync(fb, b + kk * 16, ldb);
+    wmma::mma_sync(c, fa, fb, c);
+  }
+}
+
+// c += A[16 x K] B[K x 16], both row-major.
+template <int K>
+__device__ __forceinline__ void mma_ab_acc(FragC& c, const bf16* a, int lda, const bf16* b, int ldb) {
+  FragA fa;
+  FragBrow fb;
+  for (int kk = 0; kk < K / 16; ++kk) {
+    wmma::load_matrix_sync(fa, a + kk * 16, lda);
+    wmma::load_matrix_sync(fb, b + kk * 16 * ldb, ldb);
+    wmma::mma_sync(c, fa, fb, c);
+  }
+}
+
+// Copies `rows` contiguous rows of `cols` BF16 into a tile with row stride `ld`, 16 bytes at a time.
+__device__ __forceinline__ void copy_rows(bf16* dst, int ld, const uint16_t* __restrict__ src, int rows, int cols) {
+  const int vec = cols / 8;
+  for (int e = threadIdx.x; e < rows * vec; e += blockDim.x) {
+    const int r = e / vec, part = e % vec;
+    reinterpret_cast<uint4*>(dst + r * ld)[part] = reinterpret_cast<const uint4*>(src + r * cols)[part];
+  }
+}
+
+// Gathers the latents of slots slot0..slot0+Rows-1 of one query into ks [Rows][kDq] (zeros for
+// slots past `slots` or holding -1). Synchronises the block.
+template <int Rows>
+__device__ __forceinline__ void gather(bf16* ks, int* sel_s, const int32_t* __restrict__ sel, int slot0, int slots,
+                                       const uint16_t* __restrict__ kv, int b, int T) {
+  if (threadIdx.x < Rows) {
+    const int slot = slot0 + static_cast<int>(threadIdx.x);
+    sel_s[threadIdx.x] = slot < slots ? sel[slot] : -1;
+  }
+  __syncthreads();
+  constexpr int kVec = kDq / 8;
+  auto* d = reinterpret_cast<uint4*>(ks);
+  for (int e = threadIdx.x; e < Rows * kVec; e += blockDim.x) {
+    const int j = e / kVec, part = e % kVec, s = sel_s[j];
+    d[j * (kLq / 8) + part] = s >= 0
+                                  ? reinterpret_cast<const uint4*>(kv + (static_cast<int64_t>(b) * T + s) * kDq)[part]
+                                  : make_uint4(0, 0, 0, 0);
+  }
+}
+
+__device__ __forceinline__ int num_slots(int t, int K) { return min(t + 1, K); }
+
+// Block per (query, 32 heads, batch). Warp w: S fragment (w / 4, w % 4) of the 32 x 64 tile;
+// output fragments row block w / 4, columns (w % 4) * 8 .. + 7 (of 32).
+__global__ void __launch_bounds__(kThreads)
+    fwd_kernel(int T, int H, int K, const uint16_t* __restrict__ q, const uint16_t* __restrict__ kv,
+               const int32_t* __restrict__ idx, float scale, uint16_t* __restrict__ o, float* __restrict__ lse) {
+  constexpr int kKt = 64;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* qs = reinterpret_cast<bf16*>(smem);              // [32][kLq]
+  bf16* ks = qs + kHg * kLq;                             // [64][kLq]
+  float* ss = reinterpret_cast<float*>(ks + kKt * kLq);  // [32][kLs or kLp]
+  bf16* pb = reinterpret_cast<bf16*>(ss + kHg * kLs);    // [32][kLs or kLp]
+  int* sel_s = reinterpret_cast<int*>(pb + kHg * kLp);   // [64]
+  const int t = blockIdx.x, h0 = blockIdx.y * kHg, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, rb = warp / 4, cb = warp % 4;
+  const int row = threadIdx.x / 8, sub = threadIdx.x % 8;  // softmax: 8 threads per head row
+  const int64_t row0 = (static_cast<int64_t>(b) * T + t) * H + h0;
+  copy_rows(qs, kLq, q + row0 * kDq, kHg, kDq);
+  const int32_t* sel = idx + (static_cast<int64_t>(b) * T + t) * K;
+  const int slots = num_slots(t, K);
+
+  float m = -INFINITY, l = 0.f;
+  for (int slot0 = 0; slot0 < slots; slot0 += kKt) {
+    __syncthreads();
+    gather<kKt>(ks, sel_s, sel, slot0, slots, kv, b, T);
+    __syncthreads();
+    FragC c;
+    mma_abt<kDq>(c, qs + rb * 16 * kLq, kLq, ks + cb * 16 * kLq, kLq);
+    wmma::store_matrix_sync(ss + rb * 16 * kLs + cb * 16, c, kLs, wmma::mem_row_major);
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int jj = 0; jj < 8; ++jj) {
+      const int j = sub * 8 + jj;
+      if (sel_s[j] >= 0) mx = fmaxf(mx, ss[row * kLs + j] * scale);
+    }
+    for (int off = 1; off < 8; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    const float mnew = fmaxf(m, mx);
+    float sum = 0.f;
+    for (int jj = 0; jj < 8; ++jj) {
+      const int j = sub * 8 + jj;
+      if (sel_s[j] >= 0) sum += __expf(ss[row * kLs + j] * scale - mnew);
+    }
+    for (int off = 1; off < 8; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (mnew != -INFINITY) {  // a tile without valid slots changes nothing
+      l = l * __expf(m - mnew) + sum;
+      m = mnew;
+    }
+  }
+  const float row_lse = m + logf(l);
+
+  FragC acc[8];
+  for (auto& a : acc) wmma::fill_fragment(a, 0.f);
+  for (int slot0 = 0; slot0 < slots; slot0 += kKt) {
+    __syncthreads();
+    gather<kKt>(ks, sel_s, sel, slot0, slots, kv, b, T);
+    __syncthreads();
+    FragC c;
+    mma_abt<kDq>(c, qs + rb * 16 * kLq, kLq, ks + cb * 16 * kLq, kLq);
+    wmma::store_matrix_sync(ss + rb * 16 * kLs + cb * 16, c, kLs, wmma::mem_row_major);
+    __syncthreads();
+    for (int jj = 0; jj < 8; ++jj) {
+      const int j = sub * 8 + jj;
+      const float p = sel_s[j] >= 0 ? __expf(ss[row * kLs + j] * scale - row_lse) : 0.f;
+      pb[row * kLp + j] = __float2bfloat16_rn(p);
+    }
+    __syncthreads();
+    for (int n = 0; n < 8; ++n) {
+      mma_ab_acc<kKt>(acc[n], pb + rb * 16 * kLp, kLp, ks + (cb * 8 + n) * 16, kLq);
+    }
+  }
+  __syncthreads();  // ks becomes the FP32 output stage [32][kLat]
+  float* os = reinterpret_cast<float*>(ks);
+  for (int n = 0; n < 8; ++n) {
+    wmma::store_matrix_sync(os + rb * 16 * kLat + (cb * 8 + n) * 16, acc[n], kLat, wmma::mem_row_major);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kHg * kLat; e += kThreads) o[row0 * kLat + e] = detail::to_bf(os[e]);
+  if (sub == 0) lse[row0 + row] = row_lse;
+}
+
+// dQ = scale sum_j P_j (dP_j - D) k_j: block per (query, 32 heads, batch), P from lse.
+__global__ void __launch_bounds__(kThreads)
+    dq_kernel(int T, int H, int K, const uint16_t* __restrict__ q, const uint16_t* __restrict__ kv,
+              const int32_t* __restrict__ idx, const float* __restrict__ lse, const float* __restrict__ dsum,
+              const uint16_t* __restrict__ d_o, float scale, float* __restrict__ dq) {
+  constexpr int kKt = 64;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* qs = reinterpret_cast<bf16*>(smem);              // [32][kLq]
+  bf16* dos = qs + kHg * kLq;                            // [32][kLv]
+  bf16* ks = dos + kHg * kLv;                            // [64][kLq]
+  float* ss = reinterpret_cast<float*>(ks + kKt * kLq);  // [32][kLs or kLp]
+  float* dps = ss + kHg * kLs;                           // [32][kLs or kLp]
+  bf16* dsb = reinterpret_cast<bf16*>(dps + kHg * kLs);  // [32][kLs or kLp]
+  float* lse_s = reinterpret_cast<float*>(dsb + kHg * kLp);
+  float* d_s = lse_s + kHg;
+  int* sel_s = reinterpret_cast<int*>(d_s + kHg);
+  const int t = blockIdx.x, h0 = blockIdx.y * kHg, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, rb = warp / 4, cb = warp % 4;
+  const int64_t row0 = (static_cast<int64_t>(b) * T + t) * H + h0;
+  copy_rows(qs, kLq, q + row0 * kDq, kHg, kDq);
+  copy_rows(dos, kLv, d_o + row0 * kLat, kHg, kLat);
+  if (threadIdx.x < kHg) {
+    lse_s[threadIdx.x] = lse[row0 + threadIdx.x];
+    d_s[threadIdx.x] = dsum[row0 + threadIdx.x];
+  }
+  const int32_t* sel = idx + (static_cast<int64_t>(b) * T + t) * K;
+  const int slots = num_slots(t, K);
+  constexpr int kCols = kDq / 16 / 4;  // 9 of the 36 column blocks per warp
+  FragC acc[kCols];
+  for (auto& a : acc) wmma::fill_fragment(a, 0.f);
+  for (int slot0 = 0; slot0 < slots; slot0 += kKt) {
+    __syncthreads();
+    gather<kKt>(ks, sel_s, sel, slot0, slots, kv, b, T);
+    __syncthreads();
+    FragC c;
+    mma_abt<kDq>(c, qs + rb * 16 * kLq, kLq, ks + cb * 16 * kLq, kLq);
+    wmma::store_matrix_sync(ss + rb * 16 * kLs + cb * 16, c, kLs, wmma::mem_row_major);
+    mma_abt<kLat>(c, dos + rb * 16 * kLv, kLv, ks + cb * 16 * kLq, kLq);
+    wmma::store_matrix_sync(dps + rb * 16 * kLs + cb * 16, c, kLs, wmma::mem_row_major);
+    __syncthreads();
+    for (int e = threadIdx.x; e < kHg * kKt; e += kThreads) {
+      const int i = e / kKt, j = e % kKt;
+      const float p = sel_s[j] >= 0 ? __expf(ss[i * kLs + j] * scale - lse_s[i]) : 0.f;
+      dsb[i * kLp + j] = __float2bfloat16_rn(p * (dps[i * kLs + j] - d_s[i]));
+    }
+    __syncthreads();
+    for (int n = 0; n < kCols; ++n) mma_ab_acc<kKt>(acc[n], dsb + rb * 16 * kLp, kLp, ks + (cb * kCols + n) * 16, kLq);
+  }
+  __syncthreads();  // ks becomes the FP32 stage [32][kDq]
+  float* st = reinterpret_cast<float*>(ks);
+  for (int n = 0; n < kCols; ++n) {
+    wmma::store_matrix_sync(st + rb * 16 * kDq + (cb * kCols + n) * 16, acc[n], kDq, wmma::mem_row_major);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kHg * kDq; e += kThreads) dq[row0 * kDq + e] = scale * st[e];
+}
+
+// dKV(s) += sum_h scale dS_h q_h (576 dims) + P_h dO_h (first 512): block per (query, batch);
+// key tiles of 32, head groups of 32 inside; warp w owns key row block w / 4 and column blocks
+// (w % 4) * 9 .. + 8 of the tile's gradient.
+__global__ void __launch_bounds__(kThreads)
+    dkv_kernel(int T, int H, int K, const uint16_t* __restrict__ q, const uint16_t* __restrict__ kv,
+               const int32_t* __restrict__ idx, const float* __restrict__ lse, const float* __restrict__ dsum,
+               const uint16_t* __restrict__ d_o, float scale, float* __restrict__ dkv) {
+  constexpr int kKt = 32;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* ks = reinterpret_cast<bf16*>(smem);               // [32 keys][kLq]
+  bf16* qg = ks + kKt * kLq;                              // [32 heads][kLq]
+  bf16* dog = qg + kHg * kLq;                             // [32 heads][kLv]
+  float* st = reinterpret_cast<float*>(dog + kHg * kLv);  // [32 keys][32 heads] S^T
+  float* dpt = st + kKt * kLs2;                           // dP^T
+  bf16* pt = reinterpret_cast<bf16*>(dpt + kKt * kLs2);   // P^T
+  bf16* dst = pt + kKt * kLp2;                            // scale * dS^T
+  float* lse_s = reinterpret_cast<float*>(dst + kKt * kLp2);
+  float* d_s = lse_s + kHg;
+  int* sel_s = reinterpret_cast<int*>(d_s + kHg);
+  float* stage = reinterpret_cast<float*>(qg);  // [32][kLq] FP32 over qg, dog and st
+  const int t = blockIdx.x, b = blockIdx.y;
+  const int warp = threadIdx.x / 32, rb = warp / 4, cq = warp % 4;
+  const int32_t* sel = idx + (static_cast<int64_t>(b) * T + t) * K;
+  const int slots = num_slots(t, K);
+  constexpr int kCols = kDq / 16 / 4;  // 9
+  for (int slot0 = 0; slot0 < slots; slot0 += kKt) {
+    __syncthreads();
+    gather<kKt>(ks, sel_s, sel, slot0, slots, kv, b, T);
+    FragC acc[kCols];
+    for (auto& a : acc) wmma::fill_fragment(a, 0.f);
+    for (int h0 = 0; h0 < H; h0 += kHg) {
+      __syncthreads();
+      const int64_t row0 = (static_cast<int64_t>(b) * T + t) * H + h0;
+      copy_rows(qg, kLq, q + row0 * kDq, kHg, kDq);
+      copy_rows(dog, kLv, d_o + row0 * kLat, kHg, kLat);
+      if (threadIdx.x < kHg) {
+        lse_s[threadIdx.x] = lse[row0 + threadIdx.x];
+        d_s[threadIdx.x] = dsum[row0 + threadIdx.x];
+      }
+      __syncthreads();
+      {  // warps 0-3: S^T = K Q^T; warps 4-7: dP^T = V dO^T; 2 x 2 fragments of 32 keys x 32 heads
+        const int f = warp % 4, fr = f / 2, fc = f % 2;
+        FragC c;
+        if (warp < 4) {
+          mma_abt<kDq>(c, ks + fr * 16 * kLq, kLq, qg + fc * 16 * kLq, kLq);
+          wmma::store_matrix_sync(st + fr * 16 * kLs2 + fc * 16, c, kLs2, wmma::mem_row_major);
+        } else {
+          mma_abt<kLat>(c, ks + fr * 16 * kLq, kLq, dog + fc * 16 * kLv, kLv);
+          wmma::store_matrix_sync(dpt + fr * 16 * kLs2 + fc * 16, c, kLs2, wmma::mem_row_major);
+        }
+      }
+      __syncthreads();
+      for (int e = threadIdx.x; e < kKt * kHg; e += kThreads) {
+        const int j = e / kHg, i = e % kHg;
+        const float p = sel_s[j] >= 0 ? __expf(st[j * kLs2 + i] * scale - lse_s[i]) : 0.f;
+        pt[j * kLp2 + i] = __float2bfloat16_rn(p);
+        dst[j * kLp2 + i] = __float2bfloat16_rn(scale * p * (dpt[j * kLs2 + i] - d_s[i]));
+      }
+      __syncthreads();
+      for (int n = 0; n < kCols; ++n) {
+        const int col = cq * kCols + n;
+        mma_ab_acc<kHg>(acc[n], dst + rb * 16 * kLp2, kLp2, qg + col * 16, kLq);
+        if (col < kLat / 16) mma_ab_acc<kHg>(acc[n], pt + rb * 16 * kLp2, kLp2, dog + col * 16, kLv);
+      }
+    }
+    __syncthreads();  // qg, dog, st become the FP32 stage
+    for (int n = 0; n < kCols; ++n) {
+      wmma::store_matrix_sync(stage + rb * 16 * kDq + (cq * kCols + n) * 16, acc[n], kDq, wmma::mem_row_major);
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < kKt * kDq; e += kThreads) {
+      const int s = sel_s[e / kDq];
+      if (s >= 0) atomicAdd(&dkv[(static_cast<int64_t>(b) * T + s) * kDq + e % kDq], stage[e]);
+    }
+  }
+}
+
+// Lightning indexer scores: block per (64 keys, 64 queries, batch), 8 warps, tiles above the
+// diagonal skipped. Per head: S = Q_h K^T on tensor cores (two 16 x 16 fragments per warp), then
+// I += w_h ReLU(S) elementwise, 16 entries per thread.
+__global__ void __launch_bounds__(kThreads)
+    indexer_kernel(int T, int Hi, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
+                   const float* __restrict__ w, float* __restrict__ scores) {
+  constexpr int kDi = 128, kLi = kDi + 8, kT = 64;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* ks = reinterpret_cast<bf16*>(smem);             // [64 keys][kLi]
+  bf16* qs = ks + kT * kLi;                             // [64 queries][kLi]
+  float* ss = reinterpret_cast<float*>(qs + kT * kLi);  // [64][kLs]
+  float* wsm = ss + kT * kLs;                           // [64 queries][Hi]
+  const int k0 = blockIdx.x * kT, q0 = blockIdx.y * kT, b = blockIdx.z;
+  if (k0 > q0 + kT - 1) return;
+  const int warp = threadIdx.x / 32;
+  for (int e = threadIdx.x; e < kT * (kDi / 8); e += kThreads) {
+    const int r = e / (kDi / 8), part = e % (kDi / 8), t = k0 + r;
+    reinterpret_cast<uint4*>(ks + r * kLi)[part] =
+        t < T ? reinterpret_cast<const uint4*>(k + (static_cast<int64_t>(b) * T + t) * kDi)[part]
+              : make_uint4(0, 0, 0, 0);
+  }
+  for (int e = threadIdx.x; e < kT * Hi; e += kThreads) {
+    const int i = e / Hi, t = q0 + i;
+    wsm[e] = t < T ? w[(static_cast<int64_t>(b) * T + t) * Hi + e % Hi] : 0.f;
+  }
+  float acc[kT * kT / kThreads] = {};
+  for (int hh = 0; hh < Hi; ++hh) {
+    __syncthreads();
+    for (int e = threadIdx.x; e < kT * (kDi / 8); e += kThreads) {
+      const int r = e / (kDi / 8), part = e % (kDi / 8), t = q0 + r;
+      reinterpret_cast<uint4*>(qs + r * kLi)[part] =
+          t < T ? reinterpret_cast<const uint4*>(q + ((static_cast<int64_t>(b) * T + t) * Hi + hh) * kDi)[part]
+                : make_uint4(0, 0, 0, 0);
+    }
+    __syncthreads();
+    for (int n = 0; n < 2; ++n) {
+      const int f = warp * 2 + n, rb = f / 4, cb = f % 4;
+      FragC c;
+      mma_abt<kDi>(c, qs + rb * 16 * kLi, kLi, ks + cb * 16 * kLi, kLi);
+      wmma::store_matrix_sync(ss + rb * 16 * kLs + cb * 16, c, kLs, wmma::mem_row_major);
+    }
+    __syncthreads();
+    for (int r = 0; r < kT * kT / kThreads; ++r) {
+      const int e = threadIdx.x + r * kThreads, i = e / kT, j = e % kT;
+      acc[r] += wsm[i * Hi + hh] * fmaxf(ss[i * kLs + j], 0.f);
+    }
+  }
+  for (int r = 0; r < kT * kT / kThreads; ++r) {
+    const int e = threadIdx.x + r * kThreads, i = e / kT, j = e % kT, t = q0 + i, x = k0 + j;
+    if (t < T && x <= t) scores[(static_cast<int64_t>(b) * T + t) * T + x] = acc[r];
+  }
+}
+
+// Splits x into two BF16 terms, hi + lo == x to ~2^-17 relative: the indexer's gradient weights
+// (dI, times w) are FP32 inputs, and one BF16 operand would lose 8 bits of them.
+__device__ __forceinline__ void split_bf16(float x, bf16* hi, bf16* lo) {
+  const bf16 h = __float2bfloat16_rn(x);
+  *hi = h;
+  *lo = __float2bfloat16_rn(x - __bfloat162float(h));
+}
+
+constexpr int kIdxDi = 128, kIdxLd = kIdxDi + 8, kIdxT = 64;
+
+// Copies rows t0..t0+63 of a BF16 tensor with rows of 128 (row r at src + row(t) * 128) into
+// [64][kIdxLd]; zeros past T.
+template <class RowOf>
+__device__ __forceinline__ void load_idx_tile(bf16* dst, const uint16_t* __restrict__ src, int t0, int T, RowOf row) {
+  for (int e = threadIdx.x; e < kIdxT * (kIdxDi / 8); e += kThreads) {
+    const int r = e / (kIdxDi / 8), part = e % (kIdxDi / 8), t = t0 + r;
+    reinterpret_cast<uint4*>(dst + r * kIdxLd)[part] =
+        t < T ? reinterpret_cast<const uint4*>(src + row(t) * kIdxDi)[part] : make_uint4(0, 0, 0, 0);
+  }
+}
+
+// dq(t, h) = w(t, h) sum_s dI(t, s) [S > 0] k(s) and dw(t, h) = sum_s dI(t, s) ReLU(S): block per
+// (64 queries, head, batch), key tiles up to the diagonal. Warp w owns dq fragments (w / 2,
+// (w % 2) * 4 .. + 3).
+__global__ void __launch_bounds__(kThreads)
+    indexer_dq_kernel(int T, int Hi, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
+                      const float* __restrict__ w, const float* __restrict__ d_scores, float* __restrict__ dq,
+                      float* __restrict__ dw) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* qs = reinterpret_cast<bf16*>(smem);                    // [64][kIdxLd]
+  bf16* ks = qs + kIdxT * kIdxLd;                              // [64][kIdxLd]
+  float* ss = reinterpret_cast<float*>(ks + kIdxT * kIdxLd);   // [64][kLs]
+  bf16* g_hi = reinterpret_cast<bf16*>(ss + kIdxT * kLs);      // [64][kLp]
+  bf16* g_lo = g_hi + kIdxT * kLp;                             // [64][kLp]
+  float* dw_s = reinterpret_cast<float*>(g_lo + kIdxT * kLp);  // [64]
+  const int q0 = blockIdx.x * kIdxT, hh = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, rb = warp / 2;
+  load_idx_tile(qs, q, q0, T, [&](int t) { return (static_cast<int64_t>(b) * T + t) * Hi + hh; });
+  if (threadIdx.x < kIdxT) dw_s[threadIdx.x] = 0.f;
+  FragC acc[4];
+  for (auto& a : acc) wmma::fill_fragment(a, 0.f);
+  const int num_kt = min(T - 1, q0 + kIdxT - 1) / kIdxT + 1;
+  for (int kt = 0; kt < num_kt; ++kt) {
+    const int k0 = kt * kIdxT;
+    __syncthreads();
+    load_idx_tile(ks, k, k0, T, [&](int t) { return static_cast<int64_t>(b) * T + t; });
+    __syncthreads();
+    for (int n = 0; n < 2; ++n) {
+      const int f = warp * 2 + n, fr = f / 4, fc = f % 4;
+      FragC c;
+      mma_abt<kIdxDi>(c, qs + fr * 16 * kIdxLd, kIdxLd, ks + fc * 16 * kIdxLd, kIdxLd);
+      wmma::store_matrix_sync(ss + fr * 16 * kLs + fc * 16, c, kLs, wmma::mem_row_major);
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < kIdxT * kIdxT; e += kThreads) {
+      const int i = e / kIdxT, j = e % kIdxT, t = q0 + i, x = k0 + j;
+      const float gsc = (t < T && x <= t) ? d_scores[(static_cast<int64_t>(b) * T + t) * T + x] : 0.f;
+      const float sv = ss[i * kLs + j];
+      if (sv > 0.f && gsc != 0.f) atomicAdd(&dw_s[i], gsc * sv);
+      split_bf16(sv > 0.f ? gsc : 0.f, &g_hi[i * kLp + j], &g_lo[i * kLp + j]);
+    }
+    __syncthreads();
+    for (int n = 0; n < 4; ++n) {
+      const int cb = (warp % 2) * 4 + n;
+      mma_ab_acc<kIdxT>(acc[n], g_hi + rb * 16 * kLp, kLp, ks + cb * 16, kIdxLd);
+      mma_ab_acc<kIdxT>(acc[n], g_lo + rb * 16 * kLp, kLp, ks + cb * 16, kIdxLd);
+    }
+  }
+  __syncthreads();  // qs, ks, ss become the FP32 stage [64][128]
+  float* st = reinterpret_cast<float*>(smem);
+  for (int n = 0; n < 4; ++n) {
+    wmma::store_matrix_sync(st + rb * 16 * kIdxDi + ((warp % 2) * 4 + n) * 16, acc[n], kIdxDi, wmma::mem_row_major);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kIdxT * kIdxDi; e += kThreads) {
+    const int i = e / kIdxDi, c = e % kIdxDi, t = q0 + i;
+    if (t >= T) continue;
+    const int64_t row = (static_cast<int64_t>(b) * T + t) * Hi + hh;
+    dq[row * kIdxDi + c] = w[row] * st[e];
+    if (c == 0) dw[row] = dw_s[i];
+  }
+}
+
+// dk(s) += sum_{t >= s} sum_h dI(t, s) w(t, h) [S > 0] q(t, h): block per (64 keys, group of 8
+// heads, batch), query tiles from the diagonal on; the group's sum is added to dk with atomics.
+__global__ void __launch_bounds__(kThreads)
+    indexer_dk_kernel(int T, int Hi, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
+                      const float* __restrict__ w, const float* __restrict__ d_scores, float* __restrict__ dk) {
+  constexpr int kGroup = 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* ks = reinterpret_cast<bf16*>(smem);                   // [64 keys][kIdxLd]
+  bf16* qs = ks + kIdxT * kIdxLd;                             // [64 queries][kIdxLd]
+  float* st = reinterpret_cast<float*>(qs + kIdxT * kIdxLd);  // [64 keys][kLs] S^T
+  float* dit = st + kIdxT * kLs;                              // [64 keys][kLs] dI^T
+  bf16* a_hi = reinterpret_cast<bf16*>(dit + kIdxT * kLs);    // [64 keys][kLp]
+  bf16* a_lo = a_hi + kIdxT * kLp;                            // [64 keys][kLp]
+  float* wsm = reinterpret_cast<float*>(a_lo + kIdxT * kLp);  // [64 queries]
+  const int k0 = blockIdx.x * kIdxT, h0 = blockIdx.y * kGroup, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, rb = warp / 2;
+  load_idx_tile(ks, k, k0, T, [&](int t) { return static_cast<int64_t>(b) * T + t; });
+  FragC acc[4];
+  for (auto& a : acc) wmma::fill_fragment(a, 0.f);
+  const int num_qt = (T + kIdxT - 1) / kIdxT;
+  for (int qt = blockIdx.x; qt < num_qt; ++qt) {
+    const int q0 = qt * kIdxT;
+    __syncthreads();
+    for (int e = threadIdx.x; e < kIdxT * kIdxT; e += kThreads) {
+      const int i = e / kIdxT, j = e % kIdxT, t = q0 + i, x = k0 + j;  // coalesced over keys
+      dit[j * kLs + i] = (t < T && x <= t) ? d_scores[(static_cast<int64_t>(b) * T + t) * T + x] : 0.f;
+    }
+    for (int hh = h0; hh < min(Hi, h0 + kGroup); ++hh) {
+      __syncthreads();
+      load_idx_tile(qs, q, q0, T, [&](int t) { return (static_cast<int64_t>(b) * T + t) * Hi + hh; });
+      if (threadIdx.x < kIdxT) {
+        const int t = q0 + static_cast<int>(threadIdx.x);
+        wsm[threadIdx.x] = t < T ? w[(static_cast<int64_t>(b) * T + t) * Hi + hh] : 0.f;
+      }
+      __syncthreads();
+      for (int n = 0; n < 2; ++n) {
+        const int f = warp * 2 + n, fr = f / 4, fc = f % 4;
+        FragC c;
+        mma_abt<kIdxDi>(c, ks + fr * 16 * kIdxLd, kIdxLd, qs + fc * 16 * kIdxLd, kIdxLd);
+        wmma::store_matrix_sync(st + fr * 16 * kLs + fc * 16, c, kLs, wmma::mem_row_major);
+      }
+      __syncthreads();
+      for (int e = threadIdx.x; e < kIdxT * kIdxT; e += kThreads) {
+        const int j = e / kIdxT, i = e % kIdxT;
+        const float a = st[j * kLs + i] > 0.f ? dit[j * kLs + i] * wsm[i] : 0.f;
+        split_bf16(a, &a_hi[j * kLp + i], &a_lo[j * kLp + i]);
+      }
+      __syncthreads();
+      for (int n = 0; n < 4; ++n) {
+        const int cb = (warp % 2) * 4 + n;
+        mma_ab_acc<kIdxT>(acc[n], a_hi + rb * 16 * kLp, kLp, qs + cb * 16, kIdxLd);
+        mma_ab_acc<kIdxT>(acc[n], a_lo + rb * 16 * kLp, kLp, qs + cb * 16, kIdxLd);
+      }
+    }
+  }
+  __syncthreads();  // ks, qs, st become the FP32 stage [64][128]
+  float* stage = reinterpret_cast<float*>(smem);
+  for (int n = 0; n < 4; ++n) {
+    wmma::store_matrix_sync(stage + rb * 16 * kIdxDi + ((warp % 2) * 4 + n) * 16, acc[n], kIdxDi, wmma::mem_row_major);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kIdxT * kIdxDi; e += kThreads) {
+    const int r = e / kIdxDi, t = k0 + r;
+    if (t < T) atomicAdd(&dk[(static_cast<int64_t>(b) * T + t) * kIdxDi + e % kIdxDi], stage[e]);
+  }
+}
+
+template <class Kernel>
+void set_smem(Kernel kernel, size_t bytes) {
+  MOESIM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+}  // namespace
+
+void indexer_scores(const DsaIndexerShape& s, const uint16_t* q, const uint16_t* k, const float* w, float* scores,
+                    cudaStream_t stream) {
+  const int T = static_cast<int>(s.seq), Hi = static_cast<int>(s.heads);
+  const size_t smem = 2 * 2 * 64 * (128 + 8) + 4 * 64 * kLs + 4 * 64 * static_cast<size_t>(Hi);
+  set_smem(indexer_kernel, smem);
+  const dim3 grid((T + 63) / 64, (T + 63) / 64, static_cast<unsigned>(s.batch));
+  indexer_kernel<<<grid, kThreads, smem, stream>>>(T, Hi, q, k, w, scores);
+  MOESIM_LAUNCH_CHECK();
+}
+
+void indexer_backward(const DsaIndexerShape& s, const uint16_t* q, const uint16_t* k, const float* w,
+                      const float* d_scores, float* dq, float* dk, float* dw, cudaStream_t stream) {
+  const int T = static_cast<int>(s.seq), Hi = static_cast<int>(s.heads);
+  const size_t smem_q = 2 * 2 * kIdxT * kIdxLd + 4 * kIdxT * kLs + 2 * 2 * kIdxT * kLp + 4 * kIdxT;
+  static_assert(2 * 2 * kIdxT * kIdxLd + 4 * kIdxT * kLs >= 4 * kIdxT * kIdxDi, "the dq stage reuses qs, ks, ss");
+  set_smem(indexer_dq_kernel, smem_q);
+  indexer_dq_kernel<<<dim3((T + kIdxT - 1) / kIdxT, Hi, static_cast<unsigned>(s.batch)), kThreads, smem_q, stream>>>(
+      T, Hi, q, k, w, d_scores, dq, dw);
+  MOESIM_LAUNCH_CHECK();
+  MOESIM_CUDA_CHECK(cudaMemsetAsync(dk, 0, static_cast<size_t>(s.batch * s.seq * kIdxDi) * sizeof(float), stream));
+  const size_t smem_k = 2 * 2 * kIdxT * kIdxLd + 4 * 2 * kIdxT * kLs + 2 * 2 * kIdxT * kLp + 4 * kIdxT;
+  set_smem(indexer_dk_kernel, smem_k);
+  indexer_dk_kernel<<<dim3((T + kIdxT - 1) / kIdxT, (Hi + 7) / 8, static_cast<unsigned>(s.batch)), kThreads, smem_k,
+                      stream>>>(T, Hi, q, k, w, d_scores, dk);
+  MOESIM_LAUNCH_CHECK();
+}
+
+void sparse_forward(const DsaAttentionShape& s, const uint16_t* q, const uint16_t* kv, const int32_t* idx, float scale,
+                    uint16_t* o, float* lse, cudaStream_t stream) {
+  const size_t smem = 2 * (kHg * kLq + 64 * kLq) + 4 * kHg * kLs + 2 * kHg * kLp + 4 * 64;
+  static_assert(2 * 64 * kLq >= 4 * kHg * kLat, "the output stage reuses the key tile");
+  set_smem(fwd_kernel, smem);
+  fwd_kernel<<<dim3(static_cast<unsigned>(s.seq), static_cast<unsigned>(s.heads / kHg), static_cast<unsigned>(s.batch)),
+               kThreads, smem, stream>>>(static_cast<int>(s.seq), static_cast<int>(s.heads), static_cast<int>(s.top_k),
+                                         q, kv, idx, scale, o, lse);
+  MOESIM_LAUNCH_CHECK();
+}
+
+void sparse_backward(const DsaAttentionShape& s, const uint16_t* q, const uint16_t* kv, const int32_t* idx,
+                     const float* lse, const float* dsum, const uint16_t* d_o, float scale, float* dq, float* dkv,
+                     cudaStream_t stream) {
+  const int T = static_cast<int>(s.seq), H = static_cast<int>(s.heads), K = static_cast<int>(s.top_k);
+  const size_t smem_q =
+      2 * (kHg * kLq + kHg * kLv + 64 * kLq) + 4 * 2 * kHg * kLs + 2 * kHg * kLp + 4 * 2 * kHg + 4 * 64;
+  static_assert(2 * 64 * kLq >= 4 * kHg * kDq, "the dQ stage reuses the key tile");
+  set_smem(dq_kernel, smem_q);
+  dq_kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(H / kHg), static_cast<unsigned>(s.batch)), kThreads,
+              smem_q, stream>>>(T, H, K, q, kv, idx, lse, dsum, d_o, scale, dq);
+  MOESIM_LAUNCH_CHECK();
+  const size_t smem_kv =
+      2 * (32 * kLq + kHg * kLq + kHg * kLv) + 4 * 2 * 32 * kLs2 + 2 * 2 * 32 * kLp2 + 4 * 2 * kHg + 4 * 32;
+  static_assert(2 * (kHg * kLq + kHg * kLv) + 4 * 32 * kLs2 >= 4 * 32 * kDq, "the dKV stage reuses qg, dog and st");
+  set_smem(dkv_kernel, smem_kv);
+  dkv_kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(s.batch)), kThreads, smem_kv, stream>>>(
+      T, H, K, q, kv, idx, lse, dsum, d_o, scale, dkv);
+  MOESIM_LAUNCH_CHECK();
+}
+
+}  // namespace moesim::cuda::dsa_tc

@@ -1,0 +1,19 @@
+// SPDX-License-Identifier: MIT
+// Internal: the tensor-core (WMMA, BF16 in, FP32 accumulate) variants of the MLA attention
+// kernels, launched by mla_attention.cu. Same contracts as mla_forward / mla_backward.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/attention/mla_attention.hpp"
+
+namespace moesim::cuda::mla_tc {
+
+void forward(const MlaShape& s, const uint16_t* q, const uint16_t* k, const uint16_t* v, float scale, uint16_t* o,
+             float* lse, cudaStream_t stream);
+// dsum: rowsum(dO * O) per (b, h, t), already computed.
+void backward(const MlaShape& s, const uint16_t* q, const uint16_t* k, const uint16_t* v, const float* lse,
+              const float* dsum, const uint16_t* d_o, float scale, float* dq, float* dk, float* dv,
+              cudaStream_t stream);
+
+}  // namespace moesim::cuda::mla_tc

@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: MIT
+// KDA kernels against the CPU reference on fresh random inputs (needs a GPU; exit 77 otherwise).
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "backend/cuda/attention/kda.hpp"
+#include "backend/cuda/attention/reference.hpp"
+#include "backend/cuda/buffer.hpp"
+#include "test_util.hpp"
+
+using namespace moesim::cuda;
+using namespace moesim::cuda::test;
+
+namespace {
+
+// Tolerances. The output is BF16: rounding alone gives up to 2^-8 relative per element; the FP32
+// chunked algorithm adds ~1e-5. Gradients are FP32 from FP32 recurrences over T steps: 1e-3
+// leaves room for __expf and accumulation order, and still catches any wrong term (those show up
+// as O(1) errors).
+constexpr double kOutTol = 2.0 / 256;
+constexpr double kGradTol = 1e-3;
+
+void run_case(const KdaShape& s) {
+  INFO("B " << s.batch << " T " << s.seq << " H " << s.heads << " dv " << s.head_dim_v);
+  const auto nk = static_cast<size_t>(s.batch * s.seq * s.heads * s.head_dim_k);
+  const auto nv = static_cast<size_t>(s.batch * s.seq * s.heads * s.head_dim_v);
+  const auto nt = static_cast<size_t>(s.batch * s.seq * s.heads);
+  auto qd = normal(nk), kd = normal(nk);
+  l2_normalise_rows(qd, static_cast<size_t>(s.head_dim_k));
+  l2_normalise_rows(kd, static_cast<size_t>(s.head_dim_k));
+  const auto q = to_bf16(qd), k = to_bf16(kd), v = to_bf16(normal(nv)), d_o = to_bf16(normal(nv));
+  // Log decays over K3's range [-5, 0): mostly mild, some strong.
+  auto gd = uniform(nk, -5.0, 1.6);
+  for (auto& x : gd) x = -std::exp(x);
+  auto bd = uniform(nt, 0.05, 0.95);
+  const auto g = to_f32(gd), beta = to_f32(bd);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim_k));
+
+  auto dq_ = to_device<uint16_t>(q.bits), dk_ = to_device<uint16_t>(k.bits), dv_ = to_device<uint16_t>(v.bits);
+  auto ddo = to_device<uint16_t>(d_o.bits);
+  auto dg_ = to_device<float>(g), db_ = to_device<float>(beta);
+  DeviceBuffer<uint16_t> o(nv);
+  DeviceBuffer<uint8_t> ws(std::max(kda_forward_workspace_bytes(s), kda_backward_workspace_bytes(s)));
+  o.fill_bytes(0xFF);
+  ws.fill_bytes(0xFF);  // the kernels must not read workspace they did not write
+  kda_forward(s, dq_.data(), dk_.data(), dv_.data(), dg_.data(), db_.data(), scale, o.data(), ws.data(), nullptr);
+  MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
+
+  std::vector<double> o_ref(nv);
+  ref::kda_forward(s, q.vals, k.vals, v.vals, gd, bd, scale, o_ref);
+  const auto r_o = compare(widen(o.download()), o_ref);
+  INFO("o: " << r_o.str());
+  CHECK(within(r_o, kOutTol));
+
+  DeviceBuffer<float> gq(nk), gk(nk), gv(nv), gg(nk), gb(nt);
+  for (auto* b : {&gq, &gk, &gv, &gg, &gb}) b->fill_bytes(0xFF);
+  ws.fill_bytes(0xFF);
+  kda_backward(s, dq_.data(), dk_.data(), dv_.data(), dg_.data(), db_.data(), ddo.data(), scale, gq.data(), gk.data(),
+               gv.data(), gg.data(), gb.data(), ws.data(), nullptr);
+  MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<double> rq(nk), rk(nk), rv(nv), rg(nk), rb(nt);
+  ref::kda_backward(s, q.vals, k.vals, v.vals, gd, bd, d_o.vals, scale, rq, rk, rv, rg, rb);
+  const struct {
+    std::string name;
+    DeviceBuffer<float>* got;
+    std::vector<double>* want;
+  } grads[] = {{"dq", &gq, &rq}, {"dk", &gk, &rk}, {"dv", &gv, &rv}, {"dg", &gg, &rg}, {"dbeta", &gb, &rb}};
+  for (const auto& c : grads) {
+    const auto r = compare(widen(c.got->download()), *c.want);
+    INFO(c.name << ": " << r.str());
+    CHECK(within(r, kGradTol));
+    MESSAGE(c.name << " " << r.str());
+  }
+  MESSAGE("o " << r_o.str());
+}
+
+}  // namespace
+
+TEST_CASE("KDA forward and backward match the CPU reference") {
+  // A partial last chunk (203 = 3 * 64 + 11) and a partial backward segment (203 = 50 * 4 + 3), two
+  // batches, the K3 head dims.
+  run_case(KdaShape{.batch = 2, .seq = 203, .heads = 3, .head_dim_k = 128, .head_dim_v = 128});
+  // Exactly one chunk, a narrower value head.
+  run_case(KdaShape{.batch = 1, .seq = 64, .heads = 2, .head_dim_k = 128, .head_dim_v = 64});
+}
+
+TEST_CASE("KDA rejects unsupported shapes") {
+  CHECK_THROWS_AS(kda_check_shape(KdaShape{.seq = 10, .heads = 1, .head_dim_k = 64}), std::invalid_argument);
+  CHECK_THROWS_AS(kda_check_shape(KdaShape{.seq = 10, .heads = 1, .head_dim_v = 48}), std::invalid_argument);
+}
+
+ATTN_GPU_TEST_MAIN

@@ -41,17 +41,26 @@ std::string hardware_info_text(const std::string& file, const HardwareSpec& hw) 
   out << "\n";
   out << "  HBM               " << format(d.hbm_capacity) << " at " << format(d.hbm_bandwidth) << "\n";
   out << "  host memory       " << format(d.host_memory.capacity_per_device) << " per device at "
-      << format(d.host_memory.bandwidth) << " each way\n";
+      << format(d.host_memory.bandwidth) << " each way"
+      << (d.host_memory.over_scale_up ? ", over the scale-up fabric (shares its port)" : "") << "\n";
   out << "  nodes             " << hw.devices_per_node << " devices per node";
   if (hw.max_devices) out << ", at most " << *hw.max_devices << " devices";
   out << "\n";
   const auto& up = hw.fabric.scale_up;
   out << "  scale-up          " << up.technology << ": " << up.domain_size << " devices, " << format(up.port_bandwidth)
       << " per device each way, " << format(up.latency) << "\n";
+  auto tiers = [&](const std::vector<SwitchTierSpec>& list) {
+    for (const SwitchTierSpec& t : list) {
+      out << "    tier            " << t.name << ": " << t.span << " devices per switch, " << format(t.bandwidth_per_device)
+          << " per device, " << format(t.latency) << "\n";
+    }
+  };
+  tiers(up.tiers);
   if (hw.fabric.scale_out) {
     const auto& so = *hw.fabric.scale_out;
     out << "  scale-out         " << so.technology << ": " << so.nics_per_device << " x " << format(so.nic_bandwidth)
         << " per device, " << format(so.latency) << "\n";
+    tiers(so.tiers);
   }
   return out.str();
 }
@@ -67,17 +76,30 @@ std::string hardware_info_json(const std::string& file, const HardwareSpec& hw) 
                  {"hbm_capacity_bytes", d.hbm_capacity.value},
                  {"hbm_bandwidth_bytes_per_s", d.hbm_bandwidth.value},
                  {"host_memory_bytes", d.host_memory.capacity_per_device.value},
-                 {"host_bandwidth_bytes_per_s", d.host_memory.bandwidth.value}};
+                 {"host_bandwidth_bytes_per_s", d.host_memory.bandwidth.value},
+                 {"host_memory_over_scale_up", d.host_memory.over_scale_up}};
   if (d.peak_flops.fp8) j["device"]["peak_fp8_flops"] = d.peak_flops.fp8->value;
   j["devices_per_node"] = hw.devices_per_node;
   j["max_devices"] = hw.max_devices ? nlohmann::json(*hw.max_devices) : nlohmann::json(nullptr);
+  auto tiers = [](const std::vector<SwitchTierSpec>& list) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const SwitchTierSpec& t : list) {
+      out.push_back({{"name", t.name},
+                     {"span", t.span},
+                     {"bandwidth_per_device_bytes_per_s", t.bandwidth_per_device.value},
+                     {"latency_s", t.latency.value}});
+    }
+    return out;
+  };
   j["scale_up"] = {{"domain_size", hw.fabric.scale_up.domain_size},
                    {"port_bandwidth_bytes_per_s", hw.fabric.scale_up.port_bandwidth.value},
-                   {"latency_s", hw.fabric.scale_up.latency.value}};
+                   {"latency_s", hw.fabric.scale_up.latency.value},
+                   {"tiers", tiers(hw.fabric.scale_up.tiers)}};
   if (hw.fabric.scale_out) {
     j["scale_out"] = {{"nics_per_device", hw.fabric.scale_out->nics_per_device},
                       {"nic_bandwidth_bytes_per_s", hw.fabric.scale_out->nic_bandwidth.value},
-                      {"latency_s", hw.fabric.scale_out->latency.value}};
+                      {"latency_s", hw.fabric.scale_out->latency.value},
+                      {"tiers", tiers(hw.fabric.scale_out->tiers)}};
   }
   return j.dump(2) + "\n";
 }

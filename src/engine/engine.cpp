@@ -216,6 +216,7 @@ struct Engine::Impl {
   std::map<std::tuple<int, int64_t, int64_t>, int64_t> p2p_count;
   std::vector<Flow> flows;
   std::vector<uint32_t> free_flows;
+  std::vector<std::pair<int32_t, uint32_t>> done_members;  // scratch of a finishing flow
   std::vector<double> port_capacity;
   std::vector<double> port_unfixed;  // summed weight of the flows not fixed yet
   std::vector<std::vector<uint32_t>> port_flows;  // active flows crossing each port
@@ -441,7 +442,14 @@ struct Engine::Impl {
       flows.emplace_back();
       flow_stamp.push_back(0);
     }
-    flows[id] = Flow{};
+    // Reset, keeping the vectors' capacity for the next flow.
+    Flow& f = flows[id];
+    f.active = false;
+    f.remaining = f.rate = 0;
+    f.updated = 0;
+    f.ports.clear();
+    f.weights.clear();
+    f.members.clear();
     return id;
   }
 
@@ -452,7 +460,7 @@ struct Engine::Impl {
                    bool uses_fabric, const std::vector<int64_t>& ranks, bool direct) {
     const uint32_t id = new_flow();
     Flow& f = flows[id];
-    f.members = std::move(members);
+    f.members.assign(members.begin(), members.end());
     const double up_s = c.up_bytes > 0 ? c.up_bytes / c.up_bandwidth : 0;
     const double out_s = c.out_bytes > 0 ? c.out_bytes / c.out_bandwidth : 0;
     f.remaining = up_s + out_s;
@@ -780,9 +788,10 @@ struct Engine::Impl {
           Flow& f = flows[e.id];
           if (!f.active || e.version != f.version) break;  // rescheduled since
           deactivate(e.id, e.time);
-          auto members = std::move(f.members);
+          // Finishing the members may start flows that reuse this one: iterate a copy.
+          done_members.assign(f.members.begin(), f.members.end());
           free_flows.push_back(e.id);
-          for (const auto& [slot, op] : members) finish_op(slot, op, e.time);
+          for (const auto& [slot, op] : done_members) finish_op(slot, op, e.time);
           break;
         }
       }

@@ -163,7 +163,9 @@ class TapeBuilder {
     const int a = act_tensor(rows, r, name + ".lora_a");
     t_.add(tag(matmul(OpKind::lora_gemm, name + ".lora_a", {x}, a, rows, in, r, matrices, true)));
     const int yo = act_tensor(rows, out, name + ".out");
-    t_.add(tag(matmul(OpKind::lora_gemm, name + ".lora_b", {a, y}, yo, rows, r, out, matrices, true)));
+    TapeOp lora_b = tag(matmul(OpKind::lora_gemm, name + ".lora_b", {a, y}, yo, rows, r, out, matrices, true));
+    lora_b.op.bytes_read += bytes_of(rows * out, c_.act);  // adds onto the base output, which it reads
+    t_.add(lora_b);
     return yo;
   }
 

@@ -219,6 +219,8 @@ struct Engine::Impl {
   std::vector<std::pair<int32_t, uint32_t>> done_members;  // scratch of a finishing flow
   std::vector<double> port_capacity;
   std::vector<double> port_unfixed;  // summed weight of the flows not fixed yet
+  std::vector<double> port_weight;   // summed weight of the active flows
+  std::vector<int32_t> open_ports;   // scratch of reshare
   std::vector<std::vector<uint32_t>> port_flows;  // active flows crossing each port
   std::vector<uint64_t> port_stamp, flow_stamp;   // visited marks of the component search
   uint64_t stamp = 0;
@@ -507,23 +509,32 @@ struct Engine::Impl {
     f.active = true;
     f.updated = t;
     f.rate = 0;
-    for (int32_t port : f.ports) port_flows[static_cast<size_t>(port)].push_back(id);
+    for (size_t k = 0; k < f.ports.size(); ++k) {
+      port_flows[static_cast<size_t>(f.ports[k])].push_back(id);
+      port_weight[static_cast<size_t>(f.ports[k])] += f.weights[k];
+    }
     reshare(f.ports, id, t);
   }
 
   void deactivate(uint32_t id, Picoseconds t) {
     Flow& f = flows[id];
     f.active = false;
-    for (int32_t port : f.ports) {
-      auto& v = port_flows[static_cast<size_t>(port)];
+    for (size_t k = 0; k < f.ports.size(); ++k) {
+      auto& v = port_flows[static_cast<size_t>(f.ports[k])];
       v.erase(std::find(v.begin(), v.end(), id));
+      port_weight[static_cast<size_t>(f.ports[k])] -= f.weights[k];
     }
     reshare(f.ports, -1, t);
   }
 
-  // Max-min fair rates by progressive filling (see engine.hpp) over the component reachable from
-  // `seed_ports`, then new finish times for the flows whose rate changed. `fresh` is a flow just
-  // started (always scheduled).
+  // A resource can bind only when its flows together could exceed it at full rate; one that
+  // cannot (a port with a single flow, a switch with room for all) never limits a rate, so it
+  // neither joins the max-min problem nor connects flows into one.
+  bool binding(int32_t port) const { return port_weight[static_cast<size_t>(port)] > 1 + 1e-12; }
+
+  // Max-min fair rates by progressive filling (see engine.hpp) over the flows on `seed_ports` and
+  // those connected to them through binding resources, then new finish times for the flows whose
+  // rate changed. `fresh` is a flow just started (always scheduled).
   void reshare(const std::vector<int32_t>& seed_ports, int64_t fresh, Picoseconds t) {
     ++stamp;
     std::vector<uint32_t> component;
@@ -534,13 +545,13 @@ struct Engine::Impl {
     while (!work.empty()) {
       const int32_t port = work.back();
       work.pop_back();
-      touched.push_back(port);
+      if (binding(port)) touched.push_back(port);
       for (uint32_t id : port_flows[static_cast<size_t>(port)]) {
         if (flow_stamp[id] == stamp) continue;
         flow_stamp[id] = stamp;
         component.push_back(id);
         for (int32_t q : flows[id].ports) {
-          if (port_stamp[static_cast<size_t>(q)] == stamp) continue;
+          if (port_stamp[static_cast<size_t>(q)] == stamp || !binding(q)) continue;
           port_stamp[static_cast<size_t>(q)] = stamp;
           work.push_back(q);
         }
@@ -562,16 +573,22 @@ struct Engine::Impl {
     }
     size_t left = component.size();
     for (uint32_t id : component) left -= flows[id].rate >= 0 ? 1 : 0;
+    std::vector<int32_t>& open = open_ports;  // binding ports with unfixed flows, shrinking
+    open.assign(touched.begin(), touched.end());
     while (left > 0) {
       int32_t best = -1;
       double share = 1.0;  // no flow runs faster than alone
-      for (int32_t port : touched) {
+      size_t kept = 0;
+      for (int32_t port : open) {
         const double w = port_unfixed[static_cast<size_t>(port)];
-        if (w > 1e-12 && port_capacity[static_cast<size_t>(port)] / w < share) {
+        if (w <= 1e-12) continue;  // all its flows are fixed: drop it from the scan
+        open[kept++] = port;
+        if (port_capacity[static_cast<size_t>(port)] / w < share) {
           share = port_capacity[static_cast<size_t>(port)] / w;
           best = port;
         }
       }
+      open.resize(kept);
       auto fix = [&](uint32_t id) {
         Flow& f = flows[id];
         if (f.rate >= 0) return;
@@ -584,8 +601,16 @@ struct Engine::Impl {
       };
       if (best < 0) {
         for (uint32_t id : component) fix(id);  // every port has room: all the rest run alone
-      } else {
-        for (uint32_t id : port_flows[static_cast<size_t>(best)]) fix(id);
+        continue;
+      }
+      // Every port at the smallest share is a bottleneck at that share (fixing one port's flows
+      // leaves the others' share unchanged): fix them all in this pass.
+      const double tie = share * (1 + 1e-12);
+      for (int32_t port : open) {
+        const double w = port_unfixed[static_cast<size_t>(port)];
+        if (w > 1e-12 && port_capacity[static_cast<size_t>(port)] / w <= tie) {
+          for (uint32_t id : port_flows[static_cast<size_t>(port)]) fix(id);
+        }
       }
     }
     if (opt.check_max_min) check_max_min(component, touched);
@@ -760,6 +785,7 @@ struct Engine::Impl {
     const size_t num_resources = n * kPortsPerSlot + static_cast<size_t>(tiers->num_resources());
     port_capacity.assign(num_resources, 1.0);
     port_unfixed.assign(num_resources, 0);
+    port_weight.assign(num_resources, 0);
     port_flows.assign(num_resources, {});
     port_stamp.assign(num_resources, 0);
     flow_stamp.clear();

@@ -17,8 +17,14 @@
 #include "report/step_report.hpp"
 #include "report/trace.hpp"
 #include "app/model_info.hpp"
+#include "app/plan_command.hpp"
+#include "app/sweep_command.hpp"
 #include "core/error.hpp"
 #include "core/json_input.hpp"
+#ifdef MOESIM_HAVE_CUDA
+#include "app/calibrate_command.hpp"  // built with -Dcuda: the GPU commands
+#include "app/run_command.hpp"
+#endif
 
 namespace {
 
@@ -100,6 +106,29 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"model", "hardware", "scenario"}));
   describe->add_flag("--markdown", opt.markdown, "Markdown, as docs/inputs.md");
 
+  SweepCliOptions sweep_opt;
+  auto* sweep = add_sweep_command(app, sweep_opt);
+  PlanCliOptions plan_opt;
+  const PlanCommands plan = add_plan_command(app, plan_opt);
+
+#ifdef MOESIM_HAVE_CUDA
+  CalibrateCommand calibrate_opt;
+  auto* calibrate = app.add_subcommand("calibrate", "Benchmark kernels, copies and collectives on the local GPUs; write a calibration file");
+  calibrate->add_option("--out", calibrate_opt.out, "Calibration file to write (default: JSON on stdout)");
+  calibrate->add_flag("--quick", calibrate_opt.quick, "A coarse grid and few repeats (a smoke test)");
+  for (int i = 0; i < argc; ++i) calibrate_opt.command += (i ? " " : "") + std::string(argv[i]);
+  RunCommand run_opt;
+  auto* run = app.add_subcommand("run", "Execute a scenario's training step on the local GPUs (one GPU per rank)");
+  auto* validate = app.add_subcommand("validate", "Run a scenario on the GPUs and in the simulator; print the errors");
+  for (auto* sub : {run, validate}) {
+    sub->add_option("SCENARIO", run_opt.scenario, "Scenario file or shipped name")->required();
+    sub->add_flag("--json", run_opt.json, "JSON output");
+    sub->add_option("--trace", run_opt.trace, "Write a Chrome/Perfetto trace of the measured step (the simulator's format)");
+    sub->add_option("--steps", run_opt.steps, "Measured steps after one warm-up (the median is reported)")
+        ->check(CLI::Range(int64_t{1}, int64_t{100}));
+  }
+#endif
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -112,6 +141,21 @@ int main(int argc, char** argv) {
   }
 
   try {
+#ifdef MOESIM_HAVE_CUDA
+    if (calibrate->parsed()) {
+      print(run_calibrate_command(calibrate_opt));
+      return 0;
+    }
+    if (run->parsed() || validate->parsed()) {
+      print(run->parsed() ? run_run_command(run_opt) : run_validate_command(run_opt));
+      return 0;
+    }
+#endif
+    if (sweep->parsed()) return run_sweep_command(sweep_opt);
+    if (plan.devices->parsed() || plan.fit->parsed()) {
+      run_plan_command(plan, plan_opt);
+      return 0;
+    }
     if (simulate->parsed()) {
       const std::string ref = opt.scenario.empty() ? std::string(kDefaultScenario) : opt.scenario;
       const Scenario s = load_scenario(read_input(ref, "scenarios", "SCENARIO"));

@@ -13,7 +13,9 @@ double CollectiveCost::seconds() const {
   return t;
 }
 
-CostModel::CostModel(const HardwareSpec& hardware) : hw_(hardware) {}
+CostModel::CostModel(const HardwareSpec& hardware) : hw_(hardware) {
+  if (hw_.calibration_input) calibration_ = std::make_shared<const Calibration>(load_calibration(*hw_.calibration_input));
+}
 
 double CostModel::peak(Dtype dtype) const {
   const auto& p = hw_.device.peak_flops;
@@ -23,8 +25,7 @@ double CostModel::peak(Dtype dtype) const {
   return p.bf16.value;
 }
 
-double CostModel::efficiency(const Op& op, double rows_scale) const {
-  const auto& e = hw_.efficiency;
+std::pair<CostModel::Curve, double> CostModel::curve_of(const Op& op, double rows_scale) const {
   const double rows = static_cast<double>(op.m) * rows_scale;
   switch (op.kind) {
     case OpKind::gemm:
@@ -32,34 +33,67 @@ double CostModel::efficiency(const Op& op, double rows_scale) const {
     case OpKind::router:
     case OpKind::cce_loss:
     case OpKind::indexer_score:
-      if (op.num_groups > 0 && op.kind == OpKind::lora_gemm) {
-        return e.grouped_gemm.at(rows / op.num_groups);
-      }
-      return e.gemm.at(static_cast<double>(std::min({static_cast<double>(op.n), static_cast<double>(op.k),
-                                                      std::max(rows, 1.0)})));
-    case OpKind::grouped_gemm: return e.grouped_gemm.at(rows / std::max(op.num_groups, 1));
+      if (op.num_groups > 0 && op.kind == OpKind::lora_gemm) return {Curve::grouped_gemm, rows / op.num_groups};
+      return {Curve::gemm, std::min({static_cast<double>(op.n), static_cast<double>(op.k), std::max(rows, 1.0)})};
+    case OpKind::grouped_gemm: return {Curve::grouped_gemm, rows / std::max(op.num_groups, 1)};
     case OpKind::flash_attention:
     case OpKind::sparse_attention:
-    case OpKind::dsa_indexer: return e.attention.at(std::max(rows, 1.0));
+    case OpKind::dsa_indexer: return {Curve::attention, std::max(rows, 1.0)};
     case OpKind::kda:
     case OpKind::kda_intra_chunk:
     case OpKind::kda_inter_chunk:
     case OpKind::kda_output:
-    case OpKind::kda_state_correction: return e.linear_attention.at(std::max(rows, 1.0));
-    default: return e.gemm.max;  // elementwise work: the memory term dominates
+    case OpKind::kda_state_correction: return {Curve::linear_attention, std::max(rows, 1.0)};
+    default: return {Curve::none, 0};
   }
+}
+
+double CostModel::efficiency(const Op& op, double rows_scale) const {
+  const auto& e = hw_.efficiency;
+  const auto [curve, x] = curve_of(op, rows_scale);
+  switch (curve) {
+    case Curve::gemm: return e.gemm.at(x);
+    case Curve::grouped_gemm: return e.grouped_gemm.at(x);
+    case Curve::attention: return e.attention.at(x);
+    case Curve::linear_attention: return e.linear_attention.at(x);
+    case Curve::none: return e.gemm.max;  // elementwise work: the memory term dominates
+  }
+  return e.gemm.max;
+}
+
+CostModel::CopyCost CostModel::host_copy(OpKind kind, double bytes) const {
+  const Calibration* cal = calibration_.get();
+  // Calibrated: the measured bandwidth at this size (its latency is inside the measurement).
+  const std::optional<CalibrationTable>* table =
+      !cal ? nullptr : kind == OpKind::swap_out ? &cal->d2h_bytes_per_s : &cal->h2d_bytes_per_s;
+  if (table && *table) return {0.0, (*table)->at(bytes)};
+  const auto& host = hw_.device.host_memory;
+  return {host.latency.value, host.bandwidth.value * hw_.efficiency.host_copy};
 }
 
 double CostModel::kernel_seconds(const Op& op, double rows_scale) const {
   const auto& d = hw_.device;
+  const Calibration* cal = calibration_.get();
   if (op.kind == OpKind::swap_out || op.kind == OpKind::swap_in) {
-    return d.host_memory.latency.value + op.comm_bytes / (d.host_memory.bandwidth.value * hw_.efficiency.host_copy);
+    const CopyCost c = host_copy(op.kind, op.comm_bytes);
+    return c.latency_s + op.comm_bytes / c.bandwidth;
   }
   const double flops = op.flops * rows_scale;
   const double bytes = (op.bytes_read + op.bytes_written) * rows_scale;
   double t = 0;
-  if (flops > 0) t = flops / (peak(op.dtype) * efficiency(op, rows_scale));
-  if (bytes > 0) t = std::max(t, bytes / (d.hbm_bandwidth.value * hw_.efficiency.memory));
+  if (flops > 0) {
+    // Calibrated BF16 GEMMs run at the measured FLOP/s for their size measure; the rest on the curve.
+    const auto [curve, x] = curve_of(op, rows_scale);
+    const std::optional<CalibrationTable>* table = nullptr;
+    if (cal && op.dtype == Dtype::bf16 && curve == Curve::gemm) table = &cal->gemm_flops_per_s;
+    if (cal && op.dtype == Dtype::bf16 && curve == Curve::grouped_gemm) table = &cal->grouped_gemm_flops_per_s;
+    t = table && *table ? flops / (*table)->at(x) : flops / (peak(op.dtype) * efficiency(op, rows_scale));
+  }
+  if (bytes > 0) {
+    const double bw = cal && cal->memory_bytes_per_s ? cal->memory_bytes_per_s->at(bytes)
+                                                     : d.hbm_bandwidth.value * hw_.efficiency.memory;
+    t = std::max(t, bytes / bw);
+  }
   return t + d.kernel_launch_overhead.value;
 }
 
@@ -95,6 +129,22 @@ CollectiveCost CostModel::collective(OpKind kind, double bytes, const GroupPlace
   }
   if (n <= 1) return c;
   const bool one_domain = g.num_domains <= 1;
+  // Calibrated: the measured bus bandwidth of this collective over this group size, which includes
+  // NCCL's latency and algorithm choice: t = factor * S / busbw(S) = S / algbw. The time of the
+  // smallest measured size (latency-bound) is the fixed part, which links do not share; the rest
+  // is the wire time the engine shares. Alone, the two add up to the measured t.
+  if (const CalibrationTable* busbw = calibration_ && one_domain ? calibration_->collective(kind, n) : nullptr) {
+    const double factor = bus_factor(kind, n);
+    const auto& [x0, y0] = busbw->points().front();
+    const double t = factor * bytes / busbw->at(bytes);
+    c.algorithm = kind == OpKind::all_to_all ? CollectiveAlgorithm::direct : CollectiveAlgorithm::ring;
+    c.latency_s = std::min(factor * x0 / y0, t);
+    if (t > c.latency_s) {
+      c.up_bytes = factor * bytes;
+      c.up_bandwidth = c.up_bytes / (t - c.latency_s);
+    }
+    return c;
+  }
   const double a = one_domain ? a_up : a_out;
   switch (kind) {
     case OpKind::all_gather:

@@ -18,11 +18,20 @@
 // S is nccl-tests' size, B = port (or NIC) bandwidth x the collective efficiency, a the fabric's
 // latency. algbw = S / t and busbw = algbw x (2(n-1)/n for all-reduce, (n-1)/n otherwise), as
 // nccl-tests defines them. The engine uses the split into latency and wire bytes to share links.
+//
+// Calibration: when the hardware file names a calibration file (cost/calibration.hpp), its
+// measured tables replace the curves above for what they cover: BF16 GEMM and grouped-GEMM
+// throughput (t = flops / table(x), same size measures), memory-bound bandwidth by bytes moved,
+// host-copy bandwidth by bytes, and the bus bandwidth of each collective over a group size it
+// measured within one scale-up domain (t = factor * S / busbw(S), latency included; the time of
+// the table's smallest size is the latency part, the rest the wire time links share).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string_view>
 
+#include "cost/calibration.hpp"
 #include "graph/op.hpp"
 #include "hardware/hardware_spec.hpp"
 
@@ -54,6 +63,14 @@ class CostModel {
   // A kernel or host copy alone on one device. `rows_scale` scales the op's work for the
   // rows a rank actually processes (sampled routing) against the expected rows the op holds.
   double kernel_seconds(const Op& op, double rows_scale = 1.0) const;
+  // A swap copy (swap_out: HBM to host, swap_in: back) of `bytes` alone: its latency and the
+  // bandwidth it reaches (the calibrated bandwidth at this size when there is a table; its
+  // latency is then inside the measurement).
+  struct CopyCost {
+    double latency_s = 0;
+    double bandwidth = 0;
+  };
+  CopyCost host_copy(OpKind kind, double bytes) const;
   // A collective or point-to-point op over a group placed as given, with `bytes` in nccl-tests'
   // convention (op.comm_bytes, or a sampled value for all-to-all-v).
   CollectiveCost collective(OpKind kind, double bytes, const GroupPlacement& group) const;
@@ -61,12 +78,17 @@ class CostModel {
   static double bus_factor(OpKind kind, int64_t n);
 
   const HardwareSpec& hardware() const { return hw_; }
+  const Calibration* calibration() const { return calibration_.get(); }
 
  private:
+  // The efficiency curve (and calibration table) an op's kind uses, and the op's size measure on it.
+  enum class Curve : uint8_t { gemm, grouped_gemm, attention, linear_attention, none };
+  std::pair<Curve, double> curve_of(const Op& op, double rows_scale) const;
   double efficiency(const Op& op, double rows_scale) const;
   double peak(Dtype dtype) const;
 
   HardwareSpec hw_;  // a copy: a cost model is often built from a temporary
+  std::shared_ptr<const Calibration> calibration_;  // null without a calibration file; shared by copies
 };
 
 template <>

@@ -414,7 +414,8 @@ struct Engine::Impl {
   // share of the port that the copy's bandwidth is of the port's.
   void start_copy(int32_t slot, uint32_t op_index, const Op& op, Picoseconds t) {
     const HostMemorySpec& host = cost.hardware().device.host_memory;
-    const double copy_bandwidth = host.bandwidth.value * cost.hardware().efficiency.host_copy;
+    const CostModel::CopyCost copy = cost.host_copy(op.kind, op.comm_bytes);
+    const double copy_bandwidth = copy.bandwidth;
     const uint32_t id = new_flow();
     Flow& f = flows[id];
     f.members.emplace_back(slot, op_index);
@@ -427,7 +428,7 @@ struct Engine::Impl {
         f.weights.push_back(copy_bandwidth / scale_up_bandwidth());
       }
     }
-    schedule(t + to_ps(host.latency.value), EventKind::transfer_start, 0, id);
+    schedule(t + to_ps(copy.latency_s), EventKind::transfer_start, 0, id);
   }
 
   double scale_up_bandwidth() const {

@@ -172,7 +172,7 @@ HardwareSpec load_hardware(const InputText& input) {
   HardwareSpec spec;
   FieldReader::read_object(input.name, root, "", spec);
   check(input.name, spec);
-  if (spec.calibration) (void)read_referenced(input, "/calibration", *spec.calibration, "hardware/calibration");
+  if (spec.calibration) spec.calibration_input = read_referenced(input, "/calibration", *spec.calibration, "hardware/calibration");
   return spec;
 }
 

@@ -113,6 +113,7 @@ struct HardwareSpec {
   FabricSpec fabric;
   EfficiencySpec efficiency;
   std::optional<std::string> calibration;  // path relative to the hardware file
+  std::optional<InputText> calibration_input;  // that file as read by load_hardware; parsed by the cost model
 };
 
 HardwareSpec load_hardware(const InputText& input);

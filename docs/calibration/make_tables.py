@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Prints the markdown tables of docs/calibration/README.md from a calibration file.
+
+usage: python3 docs/calibration/make_tables.py hardware/calibration/h200.json
+Peaks for the roofline columns are the H200 datasheet's (hardware/h200-x2.json): 989 TFLOP/s BF16
+dense, 4.8 TB/s HBM; "copy" is the measured copy-kernel bandwidth at the same size.
+"""
+import json
+import sys
+
+PEAK_FLOPS = 989e12
+PEAK_HBM = 4.8e12
+
+
+def interp(points, x):
+    import math
+    if x <= points[0][0]:
+        return points[0][1]
+    if x >= points[-1][0]:
+        return points[-1][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x0 <= x <= x1:
+            f = math.log(x / x0) / math.log(x1 / x0)
+            return y0 + f * (y1 - y0)
+
+
+def main(path):
+    c = json.load(open(path))
+    p = c["provenance"]
+    print(f"Provenance: {p['num_gpus']} x {p['gpu']} ({p['sms']} SMs, L2 {p['l2_bytes']/2**20:.0f} MiB), "
+          f"driver {p.get('kernel_driver', '') or p['driver']} (CUDA driver API {p['driver']}), runtime {p['cuda_runtime']}, cuBLASLt {p['cublas']}, NCCL {p['nccl']}; "
+          f"{p['date']}; `{p['command']}`; median of {p['repeats']} after {p['warmup']} warm-up; {p['wall_s']:.0f} s.\n")
+
+    print("### GEMM (BF16 in, FP32 accumulate, BF16 out; cuBLASLt)\n")
+    print("| m | n | k | TFLOP/s (heuristic's first choice) | of 989 peak | best of the heuristic's algorithms | heuristic / best | in table |")
+    print("|---:|---:|---:|---:|---:|---:|---:|:---:|")
+    for s in c["kernels"]["gemm"]["samples"]:
+        h, b = s["flops_per_s"], s["best_flops_per_s"]
+        t = "yes" if s.get("in_table", True) else "no"
+        print(f"| {s['m']} | {s['n']} | {s['k']} | {h/1e12:.1f} | {h/PEAK_FLOPS:.2f} | {b/1e12:.1f} | {h/b:.2f} | {t} |")
+    print("\nTable the cost model reads (median per min(m, n, k)):", ", ".join(
+        f"{x:.0f}: {y/1e12:.0f}" for x, y in c["kernels"]["gemm"]["points"]), "TFLOP/s\n")
+
+    print("### Grouped GEMM (14 experts = one EP64 rank of K3, latent width; a loop of cuBLASLt calls)\n")
+    print("| rows per expert | n | k | TFLOP/s | of 989 peak |")
+    print("|---:|---:|---:|---:|---:|")
+    for s in c["kernels"]["grouped_gemm"]["samples"]:
+        print(f"| {s['rows_per_group']} | {s['n']} | {s['k']} | {s['flops_per_s']/1e12:.1f} | {s['flops_per_s']/PEAK_FLOPS:.2f} |")
+    print()
+
+    mem = c["kernels"]["memory"]
+    print("### Memory-bound kernels (bytes = read + written)\n")
+    print("| kernel | bytes | time (us) | GB/s | of 4.8 TB/s | of the copy kernel at this size |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for s in mem["samples"]:
+        bw = s["bytes_per_s"]
+        print(f"| {s['kernel']} | {s['bytes']:.3g} | {s['seconds']*1e6:.1f} | {bw/1e9:.0f} | {bw/PEAK_HBM:.2f} | "
+              f"{bw/interp(mem['points'], s['bytes']):.2f} |")
+    print()
+
+    print("### Other kernels at K3 shapes (roofline: bytes / copy bandwidth, or FLOPs / 989 TF/s)\n")
+    print("| kernel | time (us) | roofline (us) | achieved / roofline |")
+    print("|---|---:|---:|---:|")
+    for s in c["other_kernels"]:
+        roof = max(s["bytes"] / interp(mem["points"], s["bytes"]), s["flops"] / PEAK_FLOPS)
+        print(f"| {s['kernel']} | {s['seconds']*1e6:.1f} | {roof*1e6:.1f} | {roof/s['seconds']:.2f} |")
+    print()
+
+    print("### Pinned host copies (one direction at a time)\n")
+    print("| bytes | H2D GB/s | D2H GB/s |")
+    print("|---:|---:|---:|")
+    for (x, h2d), (_, d2h) in zip(c["host_copy"]["h2d"]["points"], c["host_copy"]["d2h"]["points"]):
+        print(f"| {x:.0f} | {h2d/1e9:.1f} | {d2h/1e9:.1f} |")
+    print()
+
+    print("### NCCL collectives, bus bandwidth (GB/s, nccl-tests' definition; BF16)\n")
+    kinds = list(c["collectives"].keys())
+    for n in sorted({g for k in kinds for g in c["collectives"][k]}, key=int):
+        print(f"{n} GPUs:\n")
+        print("| bytes | " + " | ".join(kinds) + " |")
+        print("|---:|" + "---:|" * len(kinds))
+        sizes = [x for x, _ in c["collectives"][kinds[0]][n]["points"]]
+        for i, x in enumerate(sizes):
+            cells = [f"{c['collectives'][k][n]['points'][i][1]/1e9:.1f}" for k in kinds]
+            print(f"| {x:.0f} | " + " | ".join(cells) + " |")
+        print()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

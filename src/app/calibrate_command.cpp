@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: MIT
+#include "app/calibrate_command.hpp"
+
+#include <iostream>
+
+#include "backend/cuda/calibrate.hpp"
+#include "core/output_file.hpp"
+
+namespace moesim {
+
+std::string run_calibrate_command(const CalibrateCommand& c) {
+  cuda::CalibrateOptions opt;
+  opt.quick = c.quick;
+  opt.command = c.command;
+  opt.log = [](const std::string& line) { std::cerr << "calibrate: " << line << "\n"; };
+  const cuda::CalibrationRun run = cuda::run_calibration(opt);
+  if (c.out.empty()) {
+    std::cerr << run.summary;
+    return run.json;
+  }
+  write_file_atomically(c.out, run.json, "--out");
+  return run.summary + "wrote " + c.out + "\n";
+}
+
+}  // namespace moesim

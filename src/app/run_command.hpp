@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: MIT
+// `moesim run SCENARIO` and `moesim validate SCENARIO` (built with CUDA only).
+//   run:      executes the scenario's step graph on the local GPUs (backend/cuda/executor.hpp):
+//             step time, peak memory per rank, the busiest ops; --trace writes the trace in the
+//             simulator's format.
+//   validate: runs it on the GPUs and in the simulator (the engine with the scenario's hardware
+//             file and its calibration file) and prints per-op error (op names folded over
+//             layers, as the engine's top_ops), step-time error and peak-memory error, with the
+//             5% targets of issue 6 marked pass/fail.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace moesim {
+
+struct RunCommand {
+  std::string scenario;  // file or shipped name
+  std::string trace;     // Chrome trace of the reported step (empty: none)
+  bool json = false;
+  int64_t steps = 3;     // measured steps after one warm-up; the median step is reported
+};
+
+// Both return the text to print on stdout; bad input throws InputError.
+std::string run_run_command(const RunCommand& c);
+std::string run_validate_command(const RunCommand& c);
+
+}  // namespace moesim

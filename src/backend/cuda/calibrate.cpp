@@ -1,0 +1,522 @@
+// SPDX-License-Identifier: MIT
+#include "backend/cuda/calibrate.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <map>
+#include <numeric>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/cuda/buffer.hpp"
+#include "backend/cuda/check.hpp"
+#include "backend/cuda/device.hpp"
+#include "backend/cuda/gemm.hpp"
+#include "backend/cuda/host_copy.hpp"
+#include "backend/cuda/kernels.hpp"
+#include "backend/cuda/nccl_group.hpp"
+#include "backend/cuda/timer.hpp"
+
+namespace moesim::cuda {
+namespace {
+
+using nlohmann::json;
+
+struct Settings {
+  int warmup;
+  int repeats;
+};
+
+// Kimi K3 dimensions (models/kimi-k3.json): hidden 7168, latent 3584, expert width 3072, KDA
+// projection width 96 x 128 = 12288, vocab 163840; one EP64 rank holds 896 / 64 = 14 experts.
+constexpr int64_t kHidden = 7168;
+constexpr int64_t kLatent = 3584;
+constexpr int64_t kExpertWidth = 3072;
+constexpr int64_t kProjection = 12288;
+constexpr int kExpertsPerRank = 14;
+constexpr int kNumExperts = 896;
+constexpr int kTopK = 16;
+
+// A pool of random BF16 values much larger than the 60 MB L2; repeat i reads a different slice.
+class Pool {
+ public:
+  Pool(size_t elements, uint64_t seed) : buf_(elements) {
+    fill_uniform(buf_.data(), static_cast<int64_t>(elements), seed, -1.0f, 1.0f, nullptr);
+    MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  // A slice of `n` elements for repeat `i`, 256-byte aligned, wrapping around the pool.
+  uint16_t* slice(size_t n, int i) {
+    if (n > buf_.size()) throw BackendError("calibration pool too small for this shape");
+    const size_t stride = (n + 127) / 128 * 128;
+    if (stride >= buf_.size()) return buf_.data();
+    const size_t slots = buf_.size() / stride;
+    return buf_.data() + (static_cast<size_t>(i) % slots) * stride;
+  }
+  size_t size() const { return buf_.size(); }
+
+ private:
+  DeviceBuffer<uint16_t> buf_;
+};
+
+json table(const std::string& measure, const std::string& value, const std::map<double, std::vector<double>>& by_x) {
+  // Several samples may share a measure (GEMMs of one min(m, n, k)): the table keeps their median.
+  json points = json::array();
+  for (const auto& [x, ys] : by_x) {
+    std::vector<double> v = ys;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    points.push_back({x, n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])});
+  }
+  return {{"measure", measure}, {"value", value}, {"points", points}};
+}
+
+std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0, double e = 0) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, f, a, b, c, d, e);
+  return buf;
+}
+
+struct Context {
+  const CalibrateOptions& opt;
+  Settings s;
+  cudaStream_t stream = nullptr;
+  std::string summary;
+  void log(const std::string& line) const {
+    if (opt.log) opt.log(line);
+  }
+};
+
+json bench_gemm(Context& cx, Gemm& gemm, Pool& pool, Pool& out_pool) {
+  std::vector<GemmShape> shapes;
+  const std::vector<int64_t> squares = cx.opt.quick ? std::vector<int64_t>{512, 4096}
+                                                    : std::vector<int64_t>{256, 512, 1024, 2048, 4096, 8192, 16384};
+  for (int64_t s : squares) shapes.push_back({s, s, s, Trans::none, Trans::transpose, OutType::bf16});
+  // Linear layers of K3 at token counts from decode-like skinny to long sequences.
+  const std::vector<int64_t> tokens = cx.opt.quick ? std::vector<int64_t>{64, 4096}
+                                                   : std::vector<int64_t>{16, 64, 256, 512, 1024, 2048, 4096, 8192, 16384};
+  const std::vector<std::pair<int64_t, int64_t>> nk = {{kProjection, kHidden}, {kHidden, kProjection}, {kLatent, kHidden}};
+  for (int64_t m : tokens) {
+    for (auto [n, k] : nk) shapes.push_back({m, n, k, Trans::none, Trans::transpose, OutType::bf16});
+  }
+  std::map<double, std::vector<double>> by_x;
+  json samples = json::array();
+  cx.summary += "GEMM (bf16, cuBLASLt)            m      n      k   heuristic TF/s   best TF/s\n";
+  for (const auto& sh : shapes) {
+    const size_t na = static_cast<size_t>(sh.m * sh.k);
+    const size_t nb = static_cast<size_t>(sh.n * sh.k);
+    const size_t nc = static_cast<size_t>(sh.m * sh.n);
+    const auto run = [&](int algo) {
+      return time_on_stream(cx.stream, cx.s.warmup, cx.s.repeats, [&](int i) {
+        gemm.run(sh, pool.slice(na + nb, i), pool.slice(na + nb, i) + na, out_pool.slice(nc, i), 1.0f, 0.0f, cx.stream,
+                 algo);
+      });
+    };
+    const Timing heuristic = run(0);
+    double best_s = heuristic.median_s;
+    const int num_algos = gemm.num_algorithms(sh);
+    for (int a = 1; a < num_algos; ++a) {
+      try {
+        best_s = std::min(best_s, run(a).median_s);
+      } catch (const BackendError&) {
+        // An algorithm the heuristic ranks may still refuse this problem at run time; skip it.
+      }
+    }
+    const double flops = sh.flops();
+    const double x = static_cast<double>(std::min({sh.m, sh.n, sh.k}));
+    // The table's one measure, min(m, n, k), stands for training GEMMs: K3's layers at any token
+    // count and large squares. Small squares (a few MFLOP, bound by launch latency) would put a
+    // 30 TFLOP/s point where training has skinny GEMMs at 600, so they are recorded only.
+    const bool in_table = !(sh.m == sh.n && sh.n == sh.k && sh.m < 2048);
+    if (in_table) by_x[x].push_back(flops / heuristic.median_s);
+    samples.push_back({{"m", sh.m}, {"n", sh.n}, {"k", sh.k}, {"seconds", heuristic.median_s},
+                       {"flops_per_s", flops / heuristic.median_s}, {"best_flops_per_s", flops / best_s},
+                       {"algorithms_tried", num_algos}, {"in_table", in_table}});
+    cx.summary += fmt("                           %6.0f %6.0f %6.0f   %14.1f   %9.1f\n", static_cast<double>(sh.m),
+                      static_cast<double>(sh.n), static_cast<double>(sh.k), flops / heuristic.median_s / 1e12,
+                      flops / best_s / 1e12);
+    cx.log(fmt("gemm %.0f x %.0f x %.0f: %.1f TFLOP/s", static_cast<double>(sh.m), static_cast<double>(sh.n),
+               static_cast<double>(sh.k), flops / heuristic.median_s / 1e12));
+  }
+  json t = table("min_mnk", "flops_per_s", by_x);
+  t["dtype"] = "bf16";
+  t["samples"] = samples;
+  return t;
+}
+
+json bench_grouped_gemm(Context& cx, Gemm& gemm) {
+  // The experts of one EP64 rank of K3 on the latent width: gate|up (n = 2 f, k = l) and down (n = l, k = f).
+  const std::vector<int64_t> per_expert = cx.opt.quick ? std::vector<int64_t>{512, 4096}
+                                                       : std::vector<int64_t>{64, 256, 512, 1024, 2048, 4096, 8192, 16384};
+  const std::vector<std::pair<int64_t, int64_t>> nk = {{2 * kExpertWidth, kLatent}, {kLatent, kExpertWidth}};
+  const int64_t max_rows = per_expert.back() * kExpertsPerRank;
+  const int64_t max_k = std::max(kLatent, kExpertWidth);
+  DeviceBuffer<uint16_t> w(static_cast<size_t>(kExpertsPerRank) * 2 * kExpertWidth * kLatent);  // > 600 MB: no L2 reuse
+  DeviceBuffer<uint16_t> x(static_cast<size_t>(max_rows * max_k));
+  DeviceBuffer<uint16_t> y(static_cast<size_t>(max_rows * 2 * kExpertWidth));
+  fill_uniform(w.data(), static_cast<int64_t>(w.size()), 11, -1.0f, 1.0f, cx.stream);
+  fill_uniform(x.data(), static_cast<int64_t>(x.size()), 12, -1.0f, 1.0f, cx.stream);
+  std::map<double, std::vector<double>> by_x;
+  json samples = json::array();
+  cx.summary += "\nGrouped GEMM (14 experts)   rows/expert      n      k   TF/s\n";
+  for (int64_t rows : per_expert) {
+    for (auto [n, k] : nk) {
+      const std::vector<int32_t> counts(kExpertsPerRank, static_cast<int32_t>(rows));
+      const Timing t = time_on_stream(cx.stream, cx.s.warmup, cx.s.repeats, [&](int) {
+        grouped_gemm(gemm, counts, n, k, Trans::transpose, x.data(), w.data(), n * k, y.data(), cx.stream);
+      });
+      const double flops = 2.0 * static_cast<double>(rows * kExpertsPerRank) * static_cast<double>(n * k);
+      by_x[static_cast<double>(rows)].push_back(flops / t.median_s);
+      samples.push_back({{"groups", kExpertsPerRank}, {"rows_per_group", rows}, {"n", n}, {"k", k},
+                         {"seconds", t.median_s}, {"flops_per_s", flops / t.median_s}});
+      cx.summary += fmt("                            %11.0f %6.0f %6.0f  %5.1f\n", static_cast<double>(rows),
+                        static_cast<double>(n), static_cast<double>(k), flops / t.median_s / 1e12);
+      cx.log(fmt("grouped gemm %.0f rows/expert n %.0f k %.0f: %.1f TFLOP/s", static_cast<double>(rows),
+                 static_cast<double>(n), static_cast<double>(k), flops / t.median_s / 1e12));
+    }
+  }
+  json tb = table("rows_per_group", "flops_per_s", by_x);
+  tb["dtype"] = "bf16";
+  tb["samples"] = samples;
+  return tb;
+}
+
+// Memory-bound kernels. The table is the copy kernel's bandwidth by bytes moved (read + write):
+// what a well-written memory-bound kernel reaches. The backend's own kernels at K3 shapes are
+// recorded beside it (samples) with their fraction of that bandwidth.
+json bench_memory(Context& cx, Pool& pool, Pool& out_pool) {
+  std::map<double, std::vector<double>> by_x;
+  json samples = json::array();
+  cx.summary += "\nMemory-bound kernels          bytes moved      GB/s\n";
+  const std::vector<double> sizes = cx.opt.quick ? std::vector<double>{16e6, 1e9}
+                                                 : std::vector<double>{1e6, 4e6, 16e6, 64e6, 256e6, 1e9};
+  for (double bytes : sizes) {
+    const auto n = static_cast<int64_t>(bytes / 4);  // copy reads and writes n BF16 values: 4n bytes
+    const Timing t = time_on_stream(cx.stream, cx.s.warmup, cx.s.repeats, [&](int i) {
+      copy(pool.slice(static_cast<size_t>(n), i), out_pool.slice(static_cast<size_t>(n), i), n, cx.stream);
+    });
+    const double moved = 4.0 * static_cast<double>(n);
+    by_x[moved].push_back(moved / t.median_s);
+    samples.push_back({{"kernel", "copy"}, {"bytes", moved}, {"seconds", t.median_s}, {"bytes_per_s", moved / t.median_s}});
+    cx.summary += fmt("  copy                        %11.3g  %8.1f\n", moved, moved / t.median_s / 1e9);
+  }
+  // K3 shapes: 4096 tokens x hidden 7168 (norm, add), x expert width 3072 (SwiGLU on 14 experts' rows).
+  const int64_t rows = 4096;
+  const int64_t cols = kHidden;
+  const size_t nx = static_cast<size_t>(rows * cols);
+  DeviceBuffer<uint16_t> w(static_cast<size_t>(cols));
+  fill_uniform(w.data(), cols, 21, 0.5f, 1.5f, cx.stream);
+  DeviceBuffer<float> rstd(static_cast<size_t>(rows));
+  DeviceBuffer<float> dw(static_cast<size_t>(cols));
+  struct Case {
+    std::string name;
+    double bytes;
+    std::function<void(int)> run;
+  };
+  const int64_t f_rows = 16384;
+  std::vector<Case> cases = {
+      {"add [4096 x 7168]", 3.0 * 2 * static_cast<double>(nx),
+       [&](int i) { add(pool.slice(2 * nx, i), pool.slice(2 * nx, i) + nx, out_pool.slice(nx, i), static_cast<int64_t>(nx), cx.stream); }},
+      {"rmsnorm fwd [4096 x 7168]", 2.0 * 2 * static_cast<double>(nx),
+       [&](int i) { rmsnorm_forward(pool.slice(nx, i), w.data(), out_pool.slice(nx, i), rstd.data(), rows, cols, 1e-6f, cx.stream); }},
+      {"rmsnorm bwd [4096 x 7168]", 3.0 * 2 * static_cast<double>(nx),
+       [&](int i) {
+         rmsnorm_backward(pool.slice(2 * nx, i), w.data(), rstd.data(), pool.slice(2 * nx, i) + nx, out_pool.slice(nx, i),
+                          dw.data(), rows, cols, cx.stream);
+       }},
+      {"swiglu fwd [16384 x 2x3072]", 3.0 * 2 * static_cast<double>(f_rows * kExpertWidth),
+       [&](int i) {
+         swiglu_forward(pool.slice(static_cast<size_t>(f_rows * 2 * kExpertWidth), i),
+                        out_pool.slice(static_cast<size_t>(f_rows * kExpertWidth), i), f_rows, kExpertWidth, cx.stream);
+       }},
+      {"swiglu bwd [16384 x 2x3072]", 5.0 * 2 * static_cast<double>(f_rows * kExpertWidth),
+       [&](int i) {
+         swiglu_backward(pool.slice(static_cast<size_t>(f_rows * 3 * kExpertWidth), i),
+                         pool.slice(static_cast<size_t>(f_rows * 3 * kExpertWidth), i) + f_rows * 2 * kExpertWidth,
+                         out_pool.slice(static_cast<size_t>(f_rows * 2 * kExpertWidth), i), f_rows, kExpertWidth,
+                         cx.stream);
+       }},
+  };
+  const double hbm_peak = 4.8e12;  // H200 datasheet, for the roofline column only
+  for (auto& c : cases) {
+    const Timing t = time_on_stream(cx.stream, cx.s.warmup, cx.s.repeats, c.run);
+    samples.push_back({{"kernel", c.name}, {"bytes", c.bytes}, {"seconds", t.median_s}, {"bytes_per_s", c.bytes / t.median_s},
+                       {"fraction_of_datasheet_hbm", c.bytes / t.median_s / hbm_peak}});
+    cx.summary += "  " + c.name + fmt(": %.3g B, %.1f GB/s (%.2f of 4.8 TB/s)\n", c.bytes, c.bytes / t.median_s / 1e9,
+                      c.bytes / t.median_s / hbm_peak);
+  }
+  json tb = table("bytes", "bytes_per_s", by_x);
+  tb["samples"] = samples;
+  return tb;
+}
+
+// Router, permute, loss and optimizer at K3 shapes: recorded against their roofline (no table).
+json bench_other(Context& cx, Gemm& gemm) {
+  json samples = json::array();
+  const int64_t tokens = 4096;
+  DeviceBuffer<float> logits(static_cast<size_t>(tokens * kNumExperts));
+  DeviceBuffer<uint16_t> x(static_cast<size_t>(tokens * kHidden));
+  DeviceBuffer<uint16_t> wr(static_cast<size_t>(kNumExperts * kHidden));
+  fill_uniform(x.data(), static_cast<int64_t>(x.size()), 31, -1.0f, 1.0f, cx.stream);
+  fill_uniform(wr.data(), static_cast<int64_t>(wr.size()), 32, -0.05f, 0.05f, cx.stream);
+  DeviceBuffer<float> bias(kNumExperts);
+  MOESIM_CUDA_CHECK(cudaMemsetAsync(bias.data(), 0, bias.bytes(), cx.stream));
+  DeviceBuffer<int32_t> idx(static_cast<size_t>(tokens * kTopK));
+  DeviceBuffer<float> wts(static_cast<size_t>(tokens * kTopK));
+  DeviceBuffer<int32_t> counts(kNumExperts), offsets(kNumExperts + 1), dest(static_cast<size_t>(tokens * kTopK)),
+      scratch(static_cast<size_t>(permute_plan_scratch(tokens * kTopK, kNumExperts)));
+  DeviceBuffer<uint16_t> xp(static_cast<size_t>(tokens * kTopK * kLatent));
+  DeviceBuffer<uint16_t> y(static_cast<size_t>(tokens * kLatent));
+  const GemmShape router_shape{tokens, kNumExperts, kHidden, Trans::none, Trans::transpose, OutType::fp32};
+  const int64_t vocab_rows = 1024;
+  const int64_t vocab = 163840;
+  DeviceBuffer<uint16_t> vlogits(static_cast<size_t>(vocab_rows * vocab));
+  fill_uniform(vlogits.data(), static_cast<int64_t>(vlogits.size()), 33, -4.0f, 4.0f, cx.stream);
+  DeviceBuffer<uint16_t> dlogits(vlogits.size());
+  DeviceBuffer<int32_t> targets(static_cast<size_t>(vocab_rows));
+  MOESIM_CUDA_CHECK(cudaMemsetAsync(targets.data(), 0, targets.bytes(), cx.stream));
+  DeviceBuffer<float> loss(static_cast<size_t>(vocab_rows));
+  const int64_t nparam = 256 << 20;
+  DeviceBuffer<float> master(static_cast<size_t>(nparam)), grad(static_cast<size_t>(nparam)), m(static_cast<size_t>(nparam)),
+      v(static_cast<size_t>(nparam));
+  DeviceBuffer<uint16_t> param(static_cast<size_t>(nparam));
+  for (auto* b : {&master, &grad, &m, &v}) MOESIM_CUDA_CHECK(cudaMemsetAsync(b->data(), 0, b->bytes(), cx.stream));
+  // The router GEMM first so that the selection below runs on real logits.
+  gemm.run(router_shape, x.data(), wr.data(), logits.data(), 1.0f, 0.0f, cx.stream);
+  router_topk(logits.data(), bias.data(), tokens, kNumExperts, kTopK, RouterScore::sigmoid, true, idx.data(), wts.data(),
+              cx.stream);
+  permute_plan(idx.data(), tokens * kTopK, kNumExperts, counts.data(), offsets.data(), dest.data(), scratch.data(),
+               cx.stream);
+  struct Case {
+    std::string name;
+    double bytes;
+    double flops;
+    std::function<void()> run;
+  };
+  const double a = static_cast<double>(tokens * kTopK);
+  std::vector<Case> cases = {
+      {"router gemm 4096 x 896 x 7168 (fp32 out)", 2.0 * (tokens + kNumExperts) * kHidden + 4.0 * tokens * kNumExperts,
+       router_shape.flops(), [&] { gemm.run(router_shape, x.data(), wr.data(), logits.data(), 1.0f, 0.0f, cx.stream); }},
+      {"router top-16 of 896 (4096 tokens)", 4.0 * tokens * kNumExperts, 0,
+       [&] {
+         router_topk(logits.data(), bias.data(), tokens, kNumExperts, kTopK, RouterScore::sigmoid, true, idx.data(),
+                     wts.data(), cx.stream);
+       }},
+      {"permute plan (65536 assignments, 896 experts)", 4.0 * a * 3, 0,
+       [&] {
+         permute_plan(idx.data(), tokens * kTopK, kNumExperts, counts.data(), offsets.data(), dest.data(), scratch.data(),
+                      cx.stream);
+       }},
+      {"permute rows (65536 x 3584)", 2.0 * 2 * a * kLatent, 0,
+       [&] { permute_rows(x.data(), dest.data(), tokens * kTopK, kTopK, kLatent, xp.data(), cx.stream); }},
+      {"unpermute + combine (4096 x 16 x 3584)", 2.0 * (a + tokens) * kLatent, 0,
+       [&] { unpermute_combine(xp.data(), dest.data(), wts.data(), tokens, kTopK, kLatent, y.data(), cx.stream); }},
+      {"cross-entropy fwd+bwd (1024 x 163840)", 2.0 * 2 * vocab_rows * vocab, 0,
+       [&] { cross_entropy(vlogits.data(), targets.data(), vocab_rows, vocab, 1.0f / vocab_rows, loss.data(), dlogits.data(), cx.stream); }},
+      {"adamw (256 Mi params)", (4.0 * 4 + 4 * 3 + 2) * nparam, 0,
+       [&] { adamw_step(master.data(), grad.data(), m.data(), v.data(), param.data(), nparam, AdamWConfig{}, cx.stream); }},
+  };
+  cx.summary += "\nOther kernels (K3 shapes)                          time (us)   GB/s   TF/s\n";
+  for (auto& c : cases) {
+    const Timing t = time_on_stream(cx.stream, cx.s.warmup, cx.s.repeats, [&](int) { c.run(); });
+    samples.push_back({{"kernel", c.name}, {"bytes", c.bytes}, {"flops", c.flops}, {"seconds", t.median_s},
+                       {"bytes_per_s", c.bytes / t.median_s}, {"flops_per_s", c.flops / t.median_s}});
+    cx.summary += "  " + c.name + fmt(": %.1f us, %.1f GB/s, %.1f TF/s\n", t.median_s * 1e6, c.bytes / t.median_s / 1e9,
+                      c.flops / t.median_s / 1e12);
+  }
+  return samples;
+}
+
+json bench_host_copy(Context& cx) {
+  const std::vector<double> sizes = cx.opt.quick ? std::vector<double>{1 << 20, 256 << 20}
+                                                 : std::vector<double>{64 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30};
+  const auto max_bytes = static_cast<size_t>(sizes.back());
+  DeviceBuffer<uint8_t> dev(max_bytes);
+  PinnedBuffer<uint8_t> host(max_bytes);
+  MOESIM_CUDA_CHECK(cudaMemset(dev.data(), 0x5a, max_bytes));
+  std::fill(host.data(), host.data() + max_bytes, uint8_t{0xa5});
+  std::map<double, std::vector<double>> h2d, d2h;
+  cx.summary += "\nPinned host copies      bytes     H2D GB/s   D2H GB/s\n";
+  for (double bytes : sizes) {
+    const auto b = static_cast<size_t>(bytes);
+    const Timing in = time_on_stream(cx.stream, cx.s.warmup, cx.s.repeats, [&](int) { swap_in(host.data(), dev.data(), b, cx.stream); });
+    const Timing out = time_on_stream(cx.stream, cx.s.warmup, cx.s.repeats, [&](int) { swap_out(dev.data(), host.data(), b, cx.stream); });
+    h2d[bytes].push_back(bytes / in.median_s);
+    d2h[bytes].push_back(bytes / out.median_s);
+    cx.summary += fmt("               %10.3g   %9.1f  %9.1f\n", bytes, bytes / in.median_s / 1e9, bytes / out.median_s / 1e9);
+  }
+  return {{"h2d", table("bytes", "bytes_per_s", h2d)}, {"d2h", table("bytes", "bytes_per_s", d2h)}};
+}
+
+// Collectives over the first n GPUs for each n in 2, 4, 8, ... up to the GPUs present. Each repeat
+// is timed per rank between events on its stream; a repeat's time is the slowest rank's.
+json bench_collectives(Context& cx, int num_gpus) {
+  json out = json::object();
+  if (num_gpus < 2) return out;
+  const std::vector<double> sizes = cx.opt.quick ? std::vector<double>{1 << 20, 256 << 20}
+                                                 : std::vector<double>{64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20,
+                                                                       64 << 20, 256 << 20, 1 << 30};
+  cx.summary += "\nNCCL (bf16)      kind            n        bytes   algbw GB/s  busbw GB/s\n";
+  for (int n = 2; n <= num_gpus; n *= 2) {
+    std::vector<int> devices(static_cast<size_t>(n));
+    std::iota(devices.begin(), devices.end(), 0);
+    NcclGroup group(devices);
+    const auto max_bytes = static_cast<size_t>(sizes.back());
+    std::vector<DeviceBuffer<uint16_t>> send, recv;
+    for (int r = 0; r < n; ++r) {
+      MOESIM_CUDA_CHECK(cudaSetDevice(r));
+      send.emplace_back(max_bytes / 2);
+      recv.emplace_back(max_bytes / 2);
+      fill_uniform(send.back().data(), static_cast<int64_t>(max_bytes / 2), 40 + static_cast<uint64_t>(r), -1.0f, 1.0f, nullptr);
+      MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    std::vector<const void*> sp;
+    std::vector<void*> rp;
+    for (int r = 0; r < n; ++r) {
+      sp.push_back(send[static_cast<size_t>(r)].data());
+      rp.push_back(recv[static_cast<size_t>(r)].data());
+    }
+    for (const std::string kind : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}) {
+      std::map<double, std::vector<double>> by_x;
+      json samples = json::array();
+      for (double bytes : sizes) {
+        // nccl-tests' size: the buffer of all ranks' data (all-gather: the output; reduce-scatter: the input).
+        const size_t elems = static_cast<size_t>(bytes) / 2;
+        const size_t per_rank = elems / static_cast<size_t>(n);
+        const auto issue = [&] {
+          if (kind == "all_reduce") {
+            group.all_reduce(sp, rp, elems, ncclBfloat16);
+          } else if (kind == "all_gather") {
+            group.all_gather(sp, rp, per_rank, ncclBfloat16);
+          } else if (kind == "reduce_scatter") {
+            group.reduce_scatter(sp, rp, per_rank, ncclBfloat16);
+          } else {
+            const std::vector<std::vector<size_t>> counts(static_cast<size_t>(n), std::vector<size_t>(static_cast<size_t>(n), per_rank));
+            group.all_to_all_v(sp, rp, counts, ncclBfloat16);
+          }
+        };
+        for (int i = 0; i < cx.s.warmup; ++i) issue();
+        std::vector<cudaEvent_t> ev(static_cast<size_t>(2 * n * cx.s.repeats));
+        for (int r = 0; r < n; ++r) {
+          MOESIM_CUDA_CHECK(cudaSetDevice(r));
+          for (int i = 0; i < cx.s.repeats; ++i) {
+            MOESIM_CUDA_CHECK(cudaEventCreate(&ev[static_cast<size_t>(2 * (r * cx.s.repeats + i))]));
+            MOESIM_CUDA_CHECK(cudaEventCreate(&ev[static_cast<size_t>(2 * (r * cx.s.repeats + i) + 1)]));
+          }
+        }
+        for (int i = 0; i < cx.s.repeats; ++i) {
+          for (int r = 0; r < n; ++r) {
+            MOESIM_CUDA_CHECK(cudaSetDevice(r));
+            MOESIM_CUDA_CHECK(cudaEventRecord(ev[static_cast<size_t>(2 * (r * cx.s.repeats + i))], group.stream(r)));
+          }
+          issue();
+          for (int r = 0; r < n; ++r) {
+            MOESIM_CUDA_CHECK(cudaSetDevice(r));
+            MOESIM_CUDA_CHECK(cudaEventRecord(ev[static_cast<size_t>(2 * (r * cx.s.repeats + i) + 1)], group.stream(r)));
+          }
+        }
+        group.synchronize();
+        std::vector<double> seconds;
+        for (int i = 0; i < cx.s.repeats; ++i) {
+          double worst = 0;
+          for (int r = 0; r < n; ++r) {
+            float ms = 0;
+            MOESIM_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[static_cast<size_t>(2 * (r * cx.s.repeats + i))],
+                                                   ev[static_cast<size_t>(2 * (r * cx.s.repeats + i) + 1)]));
+            worst = std::max(worst, ms * 1e-3);
+          }
+          seconds.push_back(worst);
+        }
+        for (auto e : ev) (void)cudaEventDestroy(e);
+        const Timing t = summarize(seconds);
+        const double size = 2.0 * static_cast<double>(per_rank) * n;  // rounded to whole elements per rank
+        const double algbw = size / t.median_s;
+        const double factor = kind == "all_reduce" ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
+        by_x[size].push_back(algbw * factor);
+        samples.push_back({{"bytes", size}, {"seconds", t.median_s}, {"algbw", algbw}, {"busbw", algbw * factor}});
+        cx.summary += "                 " + kind + std::string(16 - kind.size(), ' ') + fmt("%2.0f  %11.4g  %10.1f  %10.1f\n", n, size, algbw / 1e9, algbw * factor / 1e9);
+      }
+      json tb = table("bytes", "busbw_bytes_per_s", by_x);
+      tb["samples"] = samples;
+      out[kind][std::to_string(n)] = tb;
+      cx.log("collectives: " + kind + " over " + std::to_string(n) + " GPUs done");
+    }
+  }
+  MOESIM_CUDA_CHECK(cudaSetDevice(0));
+  return out;
+}
+
+// The NVIDIA kernel driver's version line (Linux), or empty.
+std::string kernel_driver() {
+  std::FILE* f = std::fopen("/proc/driver/nvidia/version", "r");
+  if (!f) return {};
+  char line[512] = {};
+  const bool ok = std::fgets(line, sizeof line, f) != nullptr;
+  std::fclose(f);
+  std::string s = ok ? line : "";
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace
+
+CalibrationRun run_calibration(const CalibrateOptions& options) {
+  const int num_gpus = device_count();
+  if (num_gpus == 0) throw BackendError("calibrate: no CUDA device");
+  MOESIM_CUDA_CHECK(cudaSetDevice(0));
+  const DeviceInfo dev = device_info(0);
+  Context cx{options, options.quick ? Settings{2, 5} : Settings{5, 25}, nullptr, std::string()};
+  MOESIM_CUDA_CHECK(cudaStreamCreateWithFlags(&cx.stream, cudaStreamNonBlocking));
+  const auto start = std::chrono::steady_clock::now();
+  json kernels;
+  json host;
+  json other;
+  {
+    Gemm gemm;
+    // Pools of 2 GiB and 1 GiB (BF16 elements): far beyond the 60 MB L2.
+    Pool pool(size_t{1} << 30, 1);
+    Pool out_pool(size_t{1} << 29, 2);
+    kernels["gemm"] = bench_gemm(cx, gemm, pool, out_pool);
+    kernels["grouped_gemm"] = bench_grouped_gemm(cx, gemm);
+    kernels["memory"] = bench_memory(cx, pool, out_pool);
+    other = bench_other(cx, gemm);
+    host = bench_host_copy(cx);
+  }
+  MOESIM_CUDA_CHECK(cudaStreamSynchronize(cx.stream));
+  MOESIM_CUDA_CHECK(cudaStreamDestroy(cx.stream));
+  const json collectives = bench_collectives(cx, num_gpus);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  json root = {
+      {"format", "moesim-calibration"},
+      {"version", 1},
+      {"provenance",
+       {{"gpu", dev.name}, {"num_gpus", num_gpus}, {"sms", dev.num_sms}, {"memory_bytes", dev.memory_bytes},
+        {"l2_bytes", dev.l2_bytes}, {"driver", dev.driver}, {"kernel_driver", kernel_driver()}, {"cuda_runtime", dev.runtime}, {"cublas", dev.cublas},
+        {"nccl", dev.nccl}, {"date", utc_now()}, {"command", options.command}, {"quick", options.quick},
+        {"warmup", cx.s.warmup}, {"repeats", cx.s.repeats}, {"wall_s", wall}}},
+      {"kernels", kernels},
+      {"other_kernels", other},
+      {"host_copy", host},
+      {"collectives", collectives},
+  };
+  CalibrationRun run;
+  run.json = root.dump(1) + "\n";
+  run.summary = "Calibration on " + std::to_string(num_gpus) + " x " + dev.name + " (driver " + dev.driver + ", CUDA " +
+                dev.runtime + ", cuBLASLt " + dev.cublas + ", NCCL " + dev.nccl + ")\n\n" + cx.summary +
+                fmt("\n(%.0f s)\n", wall);
+  return run;
+}
+
+}  // namespace moesim::cuda

@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: MIT
+// Calibration micro-benchmarks on the local GPUs: GEMMs over shape grids (each also against the
+// best of cuBLASLt's ranked algorithms), expert grouped GEMMs at realistic tokens per expert,
+// memory-bound kernels, pinned host copies, and NCCL collectives over sizes and group sizes
+// (algbw and busbw as nccl-tests defines them). The result is a calibration file in the format of
+// docs/calibration/format.md, which src/cost/calibration.hpp reads.
+//
+// Timing: CUDA events after warm-up, the median of many repeats, inputs drawn from a pool much
+// larger than the L2 cache and rotated between repeats, values uniform in [-1, 1) and never zero.
+#pragma once
+
+#include <functional>
+#include <string>
+
+namespace moesim::cuda {
+
+struct CalibrateOptions {
+  bool quick = false;   // a coarse grid and fewer repeats (a smoke test of the whole path)
+  std::string command;  // recorded as provenance
+  std::function<void(const std::string&)> log;  // progress lines; may be empty
+};
+
+struct CalibrationRun {
+  std::string json;     // the calibration file
+  std::string summary;  // a short table for the terminal
+};
+
+CalibrationRun run_calibration(const CalibrateOptions& options);
+
+}  // namespace moesim::cuda

@@ -1,0 +1,674 @@
+// SPDX-License-Identifier: MIT
+#include "backend/cuda/executor.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "backend/cuda/check.hpp"
+#include "backend/cuda/device.hpp"
+#include "backend/cuda/gemm.hpp"
+#include "backend/cuda/kernels.hpp"
+#include "core/error.hpp"
+
+namespace moesim::cuda {
+
+namespace {
+const Program& program_of(const StepGraph& g, int64_t rank) {
+  return g.programs[static_cast<size_t>(g.plan.program_of(rank))];
+}
+}  // namespace
+
+int exec_queue_of(const Op& op) {
+  if (op.stream == Stream::copy) return kCopyQueue;
+  if (op.stream == Stream::comm && is_communication(op.kind)) return 2 + static_cast<int>(op.group);
+  return kComputeQueue;
+}
+
+std::string exec_queue_name(int queue) {
+  if (queue == kComputeQueue) return "compute";
+  if (queue == kCopyQueue) return "copy";
+  return "comm." + std::string(enum_name(static_cast<GroupKind>(queue - 2)));
+}
+
+QueuePlan plan_queues(const Program& p) {
+  QueuePlan q;
+  const size_t n = p.ops.size();
+  q.queue.resize(n);
+  q.waits.resize(n);
+  q.queue_pred.assign(n, -1);
+  std::array<int64_t, kNumExecQueues> last{};
+  last.fill(-1);
+  for (size_t i = 0; i < n; ++i) {
+    const Op& op = p.ops[i];
+    const int qi = exec_queue_of(op);
+    q.queue[i] = static_cast<int8_t>(qi);
+    q.queue_pred[i] = static_cast<int32_t>(last[static_cast<size_t>(qi)]);
+    last[static_cast<size_t>(qi)] = static_cast<int64_t>(i);
+    ++q.num_ops[static_cast<size_t>(qi)];
+    for (uint32_t d : p.deps_of(op)) {
+      if (d >= i) throw BackendError("op " + std::to_string(i) + " depends on a later op " + std::to_string(d));
+      if (q.queue[d] == qi) continue;  // stream order already covers it
+      auto& w = q.waits[i];
+      if (std::find(w.begin(), w.end(), d) == w.end()) w.push_back(d);
+    }
+  }
+  return q;
+}
+
+BufferPlan plan_buffers(const Program& p) {
+  BufferPlan b;
+  const size_t n = p.ops.size();
+  b.alloc_at_start.resize(n);
+  b.free_at_end.resize(n);
+  std::vector<int64_t> holder(p.buffers.size(), -1);  // op that allocated the live HBM copy
+  auto name = [&](uint32_t buf) { return "buffer '" + p.names[p.buffers[buf].name] + "'"; };
+  double live = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const Op& op = p.ops[i];
+    for (const MemEffect& e : p.effects_of(op)) {
+      if (e.action == MemAction::alloc || e.action == MemAction::to_device) {
+        if (holder[e.buffer] >= 0) {
+          throw BackendError(name(e.buffer) + " allocated by op '" + p.name_of(op) + "' while already in HBM");
+        }
+        holder[e.buffer] = static_cast<int64_t>(i);
+        b.alloc_at_start[i].push_back(e.buffer);
+        live += p.buffers[e.buffer].bytes;
+      }
+    }
+    if (live > b.peak_bytes) {
+      b.peak_bytes = live;
+      b.peak_op = static_cast<uint32_t>(i);
+    }
+    for (const MemEffect& e : p.effects_of(op)) {
+      if (e.action == MemAction::free || e.action == MemAction::to_host) {
+        if (holder[e.buffer] < 0) throw BackendError(name(e.buffer) + " freed by op '" + p.name_of(op) + "' but not in HBM");
+        holder[e.buffer] = -1;
+        b.free_at_end[i].push_back(e.buffer);
+        live -= p.buffers[e.buffer].bytes;
+      }
+    }
+  }
+  for (size_t buf = 0; buf < holder.size(); ++buf) {
+    if (holder[buf] >= 0) {
+      throw BackendError(name(static_cast<uint32_t>(buf)) + " allocated by op '" +
+                         p.name_of(p.ops[static_cast<size_t>(holder[buf])]) + "' is never freed");
+    }
+  }
+  return b;
+}
+
+std::vector<MemorySample> replay_memory(const Program& p, int32_t rank, double persistent_bytes,
+                                        std::span<const Picoseconds> starts, std::span<const Picoseconds> ends) {
+  struct Change {
+    Picoseconds time;
+    int order;  // frees before allocations at the same instant
+    double hbm, ddr;
+  };
+  std::vector<Change> changes;
+  for (uint32_t i = 0; i < p.ops.size(); ++i) {
+    for (const MemEffect& e : p.effects_of(p.ops[i])) {
+      const double b = p.buffers[e.buffer].bytes;
+      switch (e.action) {
+        case MemAction::alloc: changes.push_back({starts[i], 1, b, 0}); break;
+        case MemAction::free: changes.push_back({ends[i], 0, -b, 0}); break;
+        case MemAction::to_host:
+          changes.push_back({starts[i], 1, 0, b});
+          changes.push_back({ends[i], 0, -b, 0});
+          break;
+        case MemAction::to_device:
+          changes.push_back({starts[i], 1, b, 0});
+          changes.push_back({ends[i], 0, 0, -b});
+          break;
+      }
+    }
+  }
+  std::stable_sort(changes.begin(), changes.end(),
+                   [](const Change& a, const Change& b) { return std::tie(a.time, a.order) < std::tie(b.time, b.order); });
+  std::vector<MemorySample> out;
+  double hbm = persistent_bytes, ddr = 0;
+  for (const Change& c : changes) {
+    hbm += c.hbm;
+    ddr += c.ddr;
+    if (!out.empty() && out.back().time == c.time) {
+      out.back().hbm_bytes = hbm;
+      out.back().ddr_bytes = ddr;
+    } else {
+      out.push_back(MemorySample{rank, c.time, hbm, ddr});
+    }
+  }
+  return out;
+}
+
+std::vector<Picoseconds> replay_schedule(const StepGraph& g, const std::vector<std::vector<Picoseconds>>& durations) {
+  const int64_t n = g.plan.num_ranks();
+  if (g.programs.size() != 1) throw BackendError("replay_schedule: one program (no pipeline stages) only");
+  if (static_cast<int64_t>(durations.size()) != n) throw BackendError("replay_schedule: one duration list per rank");
+  const Program& p = g.programs.front();
+  const QueuePlan q = plan_queues(p);
+  std::vector<std::vector<Picoseconds>> end(static_cast<size_t>(n), std::vector<Picoseconds>(p.ops.size(), 0));
+  std::vector<Picoseconds> ready(static_cast<size_t>(n), 0);
+  for (uint32_t i = 0; i < p.ops.size(); ++i) {
+    const Op& op = p.ops[i];
+    for (int64_t r = 0; r < n; ++r) {
+      auto& e = end[static_cast<size_t>(r)];
+      Picoseconds t = q.queue_pred[i] >= 0 ? e[static_cast<size_t>(q.queue_pred[i])] : 0;
+      for (uint32_t d : p.deps_of(op)) t = std::max(t, e[d]);
+      ready[static_cast<size_t>(r)] = t;
+    }
+    for (int64_t r = 0; r < n; ++r) {
+      Picoseconds start = ready[static_cast<size_t>(r)];
+      if (is_collective(op.kind)) {
+        for (int64_t m : g.plan.members(r, op.group)) start = std::max(start, ready[static_cast<size_t>(m)]);
+      }
+      const auto& d = durations[static_cast<size_t>(r)];
+      if (d.size() != p.ops.size()) throw BackendError("replay_schedule: one duration per op");
+      end[static_cast<size_t>(r)][i] = start + d[i];
+    }
+  }
+  std::vector<Picoseconds> out(static_cast<size_t>(n), 0);
+  for (int64_t r = 0; r < n; ++r) {
+    for (Picoseconds t : end[static_cast<size_t>(r)]) out[static_cast<size_t>(r)] = std::max(out[static_cast<size_t>(r)], t);
+  }
+  return out;
+}
+
+std::vector<std::vector<Picoseconds>> op_durations(const StepGraph& g, const Timeline& t) {
+  const int64_t n = g.plan.num_ranks();
+  std::vector<std::vector<Picoseconds>> start(static_cast<size_t>(n)), end(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) {
+    const size_t ops = program_of(g, r).ops.size();
+    start[static_cast<size_t>(r)].assign(ops, 0);
+    end[static_cast<size_t>(r)].assign(ops, 0);
+  }
+  for (const ExecRecord& e : t.records) {
+    if (e.rank < 0 || e.rank >= n) continue;
+    start[static_cast<size_t>(e.rank)][e.op] = e.start;
+    end[static_cast<size_t>(e.rank)][e.op] = e.end;
+  }
+  std::vector<std::vector<Picoseconds>> d(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) {
+    const Program& p = program_of(g, r);
+    d[static_cast<size_t>(r)].resize(p.ops.size());
+    for (uint32_t i = 0; i < p.ops.size(); ++i) {
+      Picoseconds s = start[static_cast<size_t>(r)][i];
+      if (is_collective(p.ops[i].kind)) {
+        for (int64_t m : g.plan.members(r, p.ops[i].group)) s = std::max(s, start[static_cast<size_t>(m)][i]);
+      }
+      d[static_cast<size_t>(r)][i] = std::max<Picoseconds>(0, end[static_cast<size_t>(r)][i] - s);
+    }
+  }
+  return d;
+}
+
+namespace {
+
+GroupComm dry_comm(const StepGraph& g, int64_t rank, const Op& op) {
+  GroupComm c;
+  if (!is_communication(op.kind)) return c;
+  c.size = static_cast<int>(g.plan.group_size(op.group));
+  c.rank = static_cast<int>(g.plan.group_rank(rank, op.group));
+  return c;
+}
+
+}  // namespace
+
+ArenaSizes size_arenas(const StepGraph& g, const ModelSpec& model, int64_t rank, const RoutingPlan& routing) {
+  const Program& p = program_of(g, rank);
+  Arena in;
+  std::array<Arena, kNumExecQueues> out{};
+  ArenaSizes sizes;
+  for (uint32_t i = 0; i < p.ops.size(); ++i) {
+    const Op& op = p.ops[i];
+    const int q = exec_queue_of(op);
+    OpEnv env;
+    env.graph = &g;
+    env.model = &model;
+    env.routing = &routing;
+    env.rank = rank;
+    env.dry = true;
+    env.in = &in;
+    env.out = &out[static_cast<size_t>(q)];
+    env.comm = dry_comm(g, rank, op);
+    launch_op(env, p, i);
+  }
+  sizes.in = in.high_water();
+  for (int q = 0; q < kNumExecQueues; ++q) sizes.out[static_cast<size_t>(q)] = out[static_cast<size_t>(q)].high_water();
+  return sizes;
+}
+
+int visible_gpus() { return device_count(); }
+
+namespace {
+
+Picoseconds elapsed_ps(cudaEvent_t from, cudaEvent_t to) {
+  float ms = 0;
+  MOESIM_CUDA_CHECK(cudaEventElapsedTime(&ms, from, to));
+  return static_cast<Picoseconds>(std::llround(static_cast<double>(ms) * 1e9));
+}
+
+template <class T>
+T* device_alloc(size_t count, std::vector<void*>& owned) {
+  if (count == 0) return nullptr;
+  void* p = nullptr;
+  MOESIM_CUDA_CHECK(cudaMalloc(&p, count * sizeof(T)));
+  owned.push_back(p);
+  return static_cast<T*>(p);
+}
+
+template <class T>
+T* upload(const std::vector<T>& host, std::vector<void*>& owned) {
+  T* d = device_alloc<T>(host.size(), owned);
+  if (d) MOESIM_CUDA_CHECK(cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+// Random non-zero values over a device region, as BF16 bit patterns in [-1, 1) (FP32 operands
+// carved from it read two of them: finite, non-zero).
+void fill_random(void* p, size_t bytes, uint64_t seed, cudaStream_t stream) {
+  if (p == nullptr || bytes < 2) return;
+  fill_uniform(static_cast<uint16_t*>(p), static_cast<int64_t>(bytes / 2), seed, -1.0f, 1.0f, stream);
+}
+
+// The rank's index tables: valid token ids, distinct experts per token, the permutation that
+// groups assignments by expert, and causal DSA keys.
+IndexTables build_tables(const StepGraph& g, const ModelSpec& m, int64_t rank, std::vector<void*>& owned) {
+  IndexTables t;
+  const int64_t tokens = std::max<int64_t>(g.tokens_per_micro_batch, 1);
+  std::mt19937_64 rng(0x5eed + static_cast<uint64_t>(rank));
+  std::vector<int32_t> ids(static_cast<size_t>(tokens));
+  for (auto& v : ids) v = static_cast<int32_t>(rng() % static_cast<uint64_t>(std::max<int64_t>(m.vocab_size, 1)));
+  t.token_ids = upload(ids, owned);
+  for (auto& v : ids) v %= kChunkTargetRange;
+  t.chunk_targets = upload(ids, owned);
+  if (m.moe) {
+    const int64_t e = m.moe->num_experts, k = m.moe->top_k;
+    std::vector<int32_t> idx(static_cast<size_t>(tokens * k));
+    for (int64_t r = 0; r < tokens; ++r) {
+      const auto first = static_cast<int64_t>(rng() % static_cast<uint64_t>(e));
+      for (int64_t j = 0; j < k; ++j) idx[static_cast<size_t>(r * k + j)] = static_cast<int32_t>((first + j) % e);
+    }
+    // Stable counting sort by expert: dest_row[a] = a's row in expert order.
+    std::vector<int64_t> start(static_cast<size_t>(e + 1), 0);
+    for (int32_t x : idx) ++start[static_cast<size_t>(x) + 1];
+    for (int64_t x = 0; x < e; ++x) start[static_cast<size_t>(x + 1)] += start[static_cast<size_t>(x)];
+    std::vector<int32_t> dest(idx.size());
+    for (size_t a = 0; a < idx.size(); ++a) dest[a] = static_cast<int32_t>(start[static_cast<size_t>(idx[a])]++);
+    t.expert_index = upload(idx, owned);
+    t.dest_row = upload(dest, owned);
+    std::vector<float> bias(static_cast<size_t>(e));
+    for (auto& b : bias) b = static_cast<float>(rng() % 1000) * 1e-4f;
+    t.router_bias = upload(bias, owned);
+  }
+  if (m.dsa_indexer) {
+    const int64_t seq = std::max<int64_t>(1, std::min(g.seq_len, tokens));
+    const int64_t k = std::min(m.dsa_indexer->top_k, seq);
+    std::vector<int32_t> keys(static_cast<size_t>(tokens * k));
+    for (int64_t r = 0; r < tokens; ++r) {
+      const int64_t pos = r % seq;  // position in its sequence
+      for (int64_t j = 0; j < k; ++j) {
+        int32_t key = -1;
+        if (pos + 1 <= k) {
+          key = j <= pos ? static_cast<int32_t>(j) : -1;
+        } else {
+          key = static_cast<int32_t>(rng() % static_cast<uint64_t>(pos + 1));
+        }
+        keys[static_cast<size_t>(r * k + j)] = key;
+      }
+    }
+    t.dsa_keys = upload(keys, owned);
+  }
+  std::vector<float> mix(64, 1.0f / 8);
+  t.mix_weights = upload(mix, owned);
+  return t;
+}
+
+// NCCL communicators: per group kind with more than one member, one ncclCommInitAll per group.
+struct Comms {
+  // [rank][group kind]
+  std::vector<std::array<GroupComm, kNumGroupKinds>> of;
+  std::vector<ncclComm_t> all;
+  ~Comms() {
+    for (ncclComm_t c : all) (void)ncclCommDestroy(c);
+  }
+};
+
+void init_comms(const StepGraph& g, const std::vector<int>& devices, Comms& c) {
+  const int64_t n = g.plan.num_ranks();
+  c.of.assign(static_cast<size_t>(n), {});
+  std::array<bool, kNumGroupKinds> used{};
+  for (const Program& p : g.programs) {
+    for (const Op& op : p.ops) {
+      if (is_communication(op.kind)) used[static_cast<size_t>(op.group)] = true;
+    }
+  }
+  for (const auto& [name, kind] : EnumNames<GroupKind>::names) {
+    const auto k = static_cast<size_t>(kind);
+    if (!used[k] || g.plan.group_size(kind) <= 1) continue;
+    std::map<int64_t, std::vector<int64_t>> groups;
+    for (int64_t r = 0; r < n; ++r) groups.try_emplace(g.plan.group_id(r, kind), g.plan.members(r, kind));
+    for (const auto& [id, members] : groups) {
+      std::vector<int> devs;
+      for (int64_t m : members) devs.push_back(devices[static_cast<size_t>(m)]);
+      std::vector<ncclComm_t> comms(members.size());
+      MOESIM_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(devs.size()), devs.data()));
+      for (size_t i = 0; i < members.size(); ++i) {
+        c.all.push_back(comms[i]);
+        GroupComm& gc = c.of[static_cast<size_t>(members[i])][k];
+        gc.comm = comms[i];
+        gc.rank = static_cast<int>(i);
+        gc.size = static_cast<int>(members.size());
+      }
+    }
+  }
+}
+
+// Per-rank state of a run, owned by its thread.
+struct RankState {
+  int64_t rank = 0;
+  int device = 0;
+  const Program* program = nullptr;
+  QueuePlan queues;
+  BufferPlan buffers;
+  RoutingPlan routing;
+  ArenaSizes sizes;
+  std::vector<void*> owned;  // cudaMalloc'd
+  void* pinned = nullptr;
+  size_t pinned_bytes = 0;
+  std::array<cudaStream_t, kNumExecQueues> streams{};
+  cudaMemPool_t pool = nullptr;
+  std::unique_ptr<Gemm> gemm;
+  Arena in;
+  std::array<Arena, kNumExecQueues> out{};
+  IndexTables tables;
+  OptimizerState optimizer;
+  cudaEvent_t step_start = nullptr;
+  std::vector<cudaEvent_t> start, end;
+  std::vector<void*> buffer_ptr;
+  RankRun run;
+  std::vector<Picoseconds> op_start, op_end;
+
+  ~RankState() {
+    if (device < 0) return;
+    (void)cudaSetDevice(device);
+    (void)cudaDeviceSynchronize();
+    for (cudaEvent_t e : start) (void)cudaEventDestroy(e);
+    for (cudaEvent_t e : end) (void)cudaEventDestroy(e);
+    if (step_start) (void)cudaEventDestroy(step_start);
+    gemm.reset();
+    for (void* p : owned) (void)cudaFree(p);
+    if (pinned) (void)cudaFreeHost(pinned);
+    for (cudaStream_t s : streams) {
+      if (s) (void)cudaStreamDestroy(s);
+    }
+    if (pool) (void)cudaMemPoolDestroy(pool);
+  }
+};
+
+void setup_rank(RankState& r, const Scenario& sc, const StepGraph& g) {
+  MOESIM_CUDA_CHECK(cudaSetDevice(r.device));
+  MOESIM_CUDA_CHECK(cudaFree(nullptr));  // create the context
+  size_t free_b = 0, total_b = 0;
+  MOESIM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  r.run.context_bytes = static_cast<double>(total_b - free_b);
+  r.run.device_name = device_info(r.device).name;
+  for (int q = 0; q < kNumExecQueues; ++q) {
+    if (r.queues.num_ops[static_cast<size_t>(q)] > 0 || q == kComputeQueue) {
+      MOESIM_CUDA_CHECK(cudaStreamCreateWithFlags(&r.streams[static_cast<size_t>(q)], cudaStreamNonBlocking));
+    }
+  }
+  // The transient tensors' pool: memory is kept between steps (release threshold: all), and no
+  // hidden dependencies between streams are inserted to reuse a block early (they would change
+  // the timing); stream-ordered and event-ordered reuse stay on.
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = r.device;
+  MOESIM_CUDA_CHECK(cudaMemPoolCreate(&r.pool, &props));
+  uint64_t threshold = UINT64_MAX;
+  MOESIM_CUDA_CHECK(cudaMemPoolSetAttribute(r.pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  int no = 0;
+  MOESIM_CUDA_CHECK(cudaMemPoolSetAttribute(r.pool, cudaMemPoolReuseAllowInternalDependencies, &no));
+
+  // Persistent state, for real.
+  const PersistentMemory& pm = r.program->persistent;
+  auto* params = device_alloc<uint16_t>(static_cast<size_t>(pm.params / 2), r.owned);
+  auto* master = device_alloc<float>(static_cast<size_t>(pm.master_params / 4), r.owned);
+  auto* grads = device_alloc<float>(static_cast<size_t>(pm.grads / 4), r.owned);
+  auto* states = device_alloc<float>(static_cast<size_t>(pm.optimizer_states / 4), r.owned);
+  r.run.persistent_bytes = pm.params + pm.master_params + pm.grads + pm.optimizer_states;
+  const auto half_states = static_cast<int64_t>(pm.optimizer_states / 8);
+  r.optimizer = OptimizerState{master, grads, states, states ? states + half_states : nullptr, params,
+                               std::min({static_cast<int64_t>(pm.master_params / 4), static_cast<int64_t>(pm.grads / 4),
+                                         half_states, static_cast<int64_t>(pm.params / 2)})};
+  cudaStream_t s0 = r.streams[kComputeQueue];
+  fill_random(params, static_cast<size_t>(pm.params), 11, s0);
+  fill_random(master, static_cast<size_t>(pm.master_params), 12, s0);
+  fill_random(grads, static_cast<size_t>(pm.grads), 13, s0);
+  fill_random(states, static_cast<size_t>(pm.optimizer_states), 14, s0);
+  MOESIM_CUDA_CHECK(cudaStreamSynchronize(s0));  // random state: AdamW's numerics are not measured here
+
+  // The executor's own memory (not part of the step).
+  MOESIM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const double before = static_cast<double>(total_b - free_b);
+  void* in = device_alloc<char>(r.sizes.in, r.owned);
+  fill_random(in, r.sizes.in, 21 + static_cast<uint64_t>(r.rank), s0);
+  r.in = Arena(in, r.sizes.in);
+  for (int q = 0; q < kNumExecQueues; ++q) {
+    const size_t bytes = r.sizes.out[static_cast<size_t>(q)];
+    void* o = device_alloc<char>(bytes, r.owned);
+    fill_random(o, bytes, 31 + static_cast<uint64_t>(q), s0);
+    r.out[static_cast<size_t>(q)] = Arena(o, bytes);
+  }
+  r.tables = build_tables(g, sc.model, r.rank, r.owned);
+  r.gemm = std::make_unique<Gemm>();
+  MOESIM_CUDA_CHECK(cudaStreamSynchronize(s0));
+  MOESIM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  r.run.executor_bytes = static_cast<double>(total_b - free_b) - before;
+  r.pinned_bytes = pinned_bytes_needed(*r.program);
+  if (r.pinned_bytes > 0) MOESIM_CUDA_CHECK(cudaMallocHost(&r.pinned, r.pinned_bytes));
+
+  const size_t n = r.program->ops.size();
+  r.start.resize(n);
+  r.end.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    MOESIM_CUDA_CHECK(cudaEventCreate(&r.start[i]));
+    MOESIM_CUDA_CHECK(cudaEventCreate(&r.end[i]));
+  }
+  MOESIM_CUDA_CHECK(cudaEventCreate(&r.step_start));
+  r.buffer_ptr.assign(r.program->buffers.size(), nullptr);
+}
+
+// Issues one step on the rank's streams (the host runs ahead; the GPU follows the dependencies).
+void issue_step(RankState& r, const StepGraph& g, const Scenario& sc, const Comms& comms) {
+  const Program& p = *r.program;
+  cudaStream_t s0 = r.streams[kComputeQueue];
+  MOESIM_CUDA_CHECK(cudaEventRecord(r.step_start, s0));
+  for (int q = 0; q < kNumExecQueues; ++q) {
+    cudaStream_t s = r.streams[static_cast<size_t>(q)];
+    if (s && q != kComputeQueue) MOESIM_CUDA_CHECK(cudaStreamWaitEvent(s, r.step_start, 0));
+  }
+  for (uint32_t i = 0; i < p.ops.size(); ++i) {
+    const Op& op = p.ops[i];
+    const int q = r.queues.queue[i];
+    cudaStream_t s = r.streams[static_cast<size_t>(q)];
+    for (uint32_t d : r.queues.waits[i]) MOESIM_CUDA_CHECK(cudaStreamWaitEvent(s, r.end[d], 0));
+    MOESIM_CUDA_CHECK(cudaEventRecord(r.start[i], s));
+    for (uint32_t b : r.buffers.alloc_at_start[i]) {
+      const auto bytes = static_cast<size_t>(p.buffers[b].bytes);
+      if (bytes > 0) MOESIM_CUDA_CHECK(cudaMallocFromPoolAsync(&r.buffer_ptr[b], bytes, r.pool, s));
+    }
+    OpEnv env;
+    env.graph = &g;
+    env.model = &sc.model;
+    env.routing = &r.routing;
+    env.rank = r.rank;
+    env.dry = false;
+    env.stream = s;
+    env.gemm = r.gemm.get();
+    env.in = &r.in;
+    env.out = &r.out[static_cast<size_t>(q)];
+    env.tables = r.tables;
+    env.optimizer = &r.optimizer;
+    env.pinned = r.pinned;
+    env.pinned_bytes = r.pinned_bytes;
+    if (is_communication(op.kind)) env.comm = comms.of[static_cast<size_t>(r.rank)][static_cast<size_t>(op.group)];
+    launch_op(env, p, i);
+    for (uint32_t b : r.buffers.free_at_end[i]) {
+      if (r.buffer_ptr[b]) MOESIM_CUDA_CHECK(cudaFreeAsync(r.buffer_ptr[b], s));
+      r.buffer_ptr[b] = nullptr;
+    }
+    MOESIM_CUDA_CHECK(cudaEventRecord(r.end[i], s));
+  }
+}
+
+void collect_step(RankState& r) {
+  MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
+  const size_t n = r.program->ops.size();
+  r.op_start.resize(n);
+  r.op_end.resize(n);
+  Picoseconds last = 0;
+  for (size_t i = 0; i < n; ++i) {
+    r.op_start[i] = std::max<Picoseconds>(0, elapsed_ps(r.step_start, r.start[i]));
+    r.op_end[i] = std::max(r.op_start[i], elapsed_ps(r.step_start, r.end[i]));
+    last = std::max(last, r.op_end[i]);
+  }
+  r.run.end = last;
+  uint64_t used = 0, reserved = 0;
+  MOESIM_CUDA_CHECK(cudaMemPoolGetAttribute(r.pool, cudaMemPoolAttrUsedMemHigh, &used));
+  MOESIM_CUDA_CHECK(cudaMemPoolGetAttribute(r.pool, cudaMemPoolAttrReservedMemHigh, &reserved));
+  r.run.pool_used_high_bytes = static_cast<double>(used);
+  r.run.pool_reserved_high_bytes = static_cast<double>(reserved);
+}
+
+void reset_watermarks(RankState& r) {
+  uint64_t zero = 0;
+  MOESIM_CUDA_CHECK(cudaMemPoolSetAttribute(r.pool, cudaMemPoolAttrUsedMemHigh, &zero));
+  MOESIM_CUDA_CHECK(cudaMemPoolSetAttribute(r.pool, cudaMemPoolAttrReservedMemHigh, &zero));
+}
+
+// The reported step's records and memory samples of one rank.
+void append_timeline(const RankState& r, Timeline& t) {
+  const Program& p = *r.program;
+  for (uint32_t i = 0; i < p.ops.size(); ++i) {
+    t.records.push_back(ExecRecord{static_cast<int32_t>(r.rank), static_cast<int32_t>(p.stage), i, p.ops[i].stream,
+                                   r.op_start[i], r.op_end[i]});
+  }
+  const auto samples = replay_memory(p, static_cast<int32_t>(r.rank), r.run.persistent_bytes, r.op_start, r.op_end);
+  t.memory.insert(t.memory.end(), samples.begin(), samples.end());
+}
+
+}  // namespace
+
+ExecResult execute(const Scenario& sc, const StepGraph& g, const ExecOptions& opt) {
+  const int64_t n = g.plan.num_ranks();
+  const int gpus = visible_gpus();
+  if (n != gpus) {
+    throw InputError(sc.file, "/num_devices",
+                     "the plan has " + std::to_string(n) + " rank(s) but " + std::to_string(gpus) +
+                         " GPU(s) are visible; `moesim run` needs one GPU per rank (set CUDA_VISIBLE_DEVICES or num_devices)");
+  }
+  if (opt.measured_steps < 1 || opt.warmup_steps < 0) throw BackendError("execute: measured_steps must be >= 1");
+  // CPU-side plans first: every op has a kernel and every buffer balances before any GPU work.
+  std::vector<std::unique_ptr<RankState>> ranks;
+  std::vector<int> devices;
+  for (int64_t r = 0; r < n; ++r) {
+    auto st = std::make_unique<RankState>();
+    st->rank = r;
+    st->device = -1;  // nothing to release until set up
+    st->program = &program_of(g, r);
+    st->queues = plan_queues(*st->program);
+    st->buffers = plan_buffers(*st->program);
+    st->routing = build_routing_plan(g, r, opt.routing_step);
+    st->sizes = size_arenas(g, sc.model, r, st->routing);
+    st->run.rank = static_cast<int32_t>(r);
+    st->run.bookkeeping_peak_bytes = st->buffers.peak_bytes;
+    ranks.push_back(std::move(st));
+    devices.push_back(static_cast<int>(r));
+  }
+  Comms comms;
+  init_comms(g, devices, comms);
+
+  const int total_steps = opt.warmup_steps + opt.measured_steps;
+  std::barrier sync(static_cast<std::ptrdiff_t>(n));
+  std::atomic<bool> failed{false};
+  std::mutex error_mutex;
+  std::exception_ptr error;
+  // Per measured step: per rank end and the rank's records (kept only for the reported step).
+  std::vector<std::vector<Picoseconds>> ends(static_cast<size_t>(opt.measured_steps), std::vector<Picoseconds>(static_cast<size_t>(n)));
+  std::vector<std::vector<std::pair<std::vector<Picoseconds>, std::vector<Picoseconds>>>> times(
+      static_cast<size_t>(opt.measured_steps), std::vector<std::pair<std::vector<Picoseconds>, std::vector<Picoseconds>>>(static_cast<size_t>(n)));
+  std::vector<std::vector<RankRun>> runs(static_cast<size_t>(opt.measured_steps), std::vector<RankRun>(static_cast<size_t>(n)));
+
+  auto body = [&](int64_t rank) {
+    RankState& r = *ranks[static_cast<size_t>(rank)];
+    try {
+      r.device = static_cast<int>(rank);
+      setup_rank(r, sc, g);
+      for (int step = 0; step < total_steps; ++step) {
+        sync.arrive_and_wait();
+        if (failed) return;
+        MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
+        reset_watermarks(r);
+        sync.arrive_and_wait();
+        issue_step(r, g, sc, comms);
+        collect_step(r);
+        const int m = step - opt.warmup_steps;
+        if (m >= 0) {
+          ends[static_cast<size_t>(m)][static_cast<size_t>(rank)] = r.run.end;
+          times[static_cast<size_t>(m)][static_cast<size_t>(rank)] = {r.op_start, r.op_end};
+          runs[static_cast<size_t>(m)][static_cast<size_t>(rank)] = r.run;
+        }
+      }
+    } catch (...) {
+      {
+        std::lock_guard lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
+      failed = true;
+      sync.arrive_and_drop();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < n; ++r) threads.emplace_back(body, r);
+  for (auto& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+
+  ExecResult res;
+  for (int m = 0; m < opt.measured_steps; ++m) {
+    const auto& e = ends[static_cast<size_t>(m)];
+    res.step_times.push_back(*std::max_element(e.begin(), e.end()));
+  }
+  std::vector<int> order(static_cast<size_t>(opt.measured_steps));
+  for (int m = 0; m < opt.measured_steps; ++m) order[static_cast<size_t>(m)] = m;
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return res.step_times[static_cast<size_t>(a)] < res.step_times[static_cast<size_t>(b)]; });
+  const int chosen = order[order.size() / 2];
+  res.step_time = res.step_times[static_cast<size_t>(chosen)];
+  for (int64_t r = 0; r < n; ++r) {
+    RankState& st = *ranks[static_cast<size_t>(r)];
+    st.op_start = times[static_cast<size_t>(chosen)][static_cast<size_t>(r)].first;
+    st.op_end = times[static_cast<size_t>(chosen)][static_cast<size_t>(r)].second;
+    st.run = runs[static_cast<size_t>(chosen)][static_cast<size_t>(r)];
+    st.run.device = static_cast<int>(r);
+    const auto samples = replay_memory(*st.program, static_cast<int32_t>(r), st.run.persistent_bytes, st.op_start, st.op_end);
+    st.run.timeline_peak_bytes = st.run.persistent_bytes;
+    for (const MemorySample& m : samples) st.run.timeline_peak_bytes = std::max(st.run.timeline_peak_bytes, m.hbm_bytes);
+    res.ranks.push_back(st.run);
+    if (st.run.end > res.ranks[static_cast<size_t>(res.slowest_rank)].end) res.slowest_rank = static_cast<int32_t>(r);
+    append_timeline(st, res.timeline);
+  }
+  std::sort(res.timeline.records.begin(), res.timeline.records.end(), [](const ExecRecord& a, const ExecRecord& c) {
+    return std::tie(a.start, a.rank, a.stream, a.op) < std::tie(c.start, c.rank, c.stream, c.op);
+  });
+  res.timeline.step_end = res.step_time;
+  return res;
+}
+
+}  // namespace moesim::cuda

@@ -1,0 +1,734 @@
+// SPDX-License-Identifier: MIT
+#include "backend/cuda/op_kernels.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "backend/cuda/attention/dsa.hpp"
+#include "backend/cuda/attention/kda.hpp"
+#include "backend/cuda/attention/mla_attention.hpp"
+#include "backend/cuda/check.hpp"
+#include "backend/cuda/gemm.hpp"
+#include "backend/cuda/host_copy.hpp"
+#include "backend/cuda/kernels.hpp"
+
+namespace moesim::cuda {
+
+void* Arena::take_bytes(size_t bytes) {
+  constexpr size_t kAlign = 256;
+  const size_t at = (used_ + kAlign - 1) / kAlign * kAlign;
+  used_ = at + bytes;
+  high_ = std::max(high_, used_);
+  if (base_ == nullptr) return nullptr;
+  if (used_ > size_) {
+    throw BackendError("executor arena overflow: " + std::to_string(used_) + " bytes of " + std::to_string(size_) +
+                       " (the dry run sized it too small)");
+  }
+  return base_ + at;
+}
+
+RoutingPlan build_routing_plan(const StepGraph& g, int64_t rank, int64_t step) {
+  RoutingPlan plan;
+  if (!g.routing) return plan;
+  const RoutingSampler& rs = *g.routing;
+  const int64_t ep = g.plan.group_size(GroupKind::ep);
+  const int64_t me = g.plan.group_rank(rank, GroupKind::ep);
+  const int64_t t = g.tokens_per_micro_batch;
+  const int64_t local = rs.experts_per_rank();
+  for (const Program& p : g.programs) {
+    for (const Op& op : p.ops) {
+      if (op.routing_layer < 0) continue;
+      auto [it, inserted] = plan.try_emplace({op.routing_layer, op.micro});
+      if (!inserted) continue;
+      RoutingSlice& s = it->second;
+      s.send_rows.assign(static_cast<size_t>(ep), 0);
+      s.recv_rows.assign(static_cast<size_t>(ep), 0);
+      s.rows_per_expert.assign(static_cast<size_t>(local), 0);
+      int64_t received = 0;
+      if (ep == 1) {
+        received = t * rs.top_k();
+        s.send_rows[0] = s.recv_rows[0] = received;
+        for (int64_t e = 0; e < local; ++e) {
+          s.rows_per_expert[static_cast<size_t>(e)] = static_cast<int32_t>(received / local + (e < received % local ? 1 : 0));
+        }
+        continue;
+      }
+      if (ep == 2) {
+        // The engine's draw (engine.cpp, group_routing): per member, rows received and kept.
+        std::vector<int64_t> recv(2), kept(2);
+        rs.sample_group_loads(step, op.routing_layer, op.micro, g.plan.group_id(rank, GroupKind::ep), t, recv, kept);
+        const auto other = static_cast<size_t>(1 - me);
+        const auto self = static_cast<size_t>(me);
+        s.send_rows[self] = s.recv_rows[self] = kept[self];
+        s.recv_rows[other] = recv[self] - kept[self];
+        s.send_rows[other] = recv[other] - kept[other];
+        received = recv[self];
+      } else {
+        // Consistent per-pair counts: every sender's draw, the same on every rank.
+        std::vector<int64_t> out(static_cast<size_t>(ep));
+        for (int64_t q = 0; q < ep; ++q) {
+          const int64_t sender = g.plan.member(rank, GroupKind::ep, q);
+          rs.sample_send_counts(step, op.routing_layer, op.micro, sender, t, out);
+          s.recv_rows[static_cast<size_t>(q)] = out[static_cast<size_t>(me)];
+          if (q == me) s.send_rows = out;
+        }
+        for (int64_t v : s.recv_rows) received += v;
+      }
+      std::vector<int64_t> split(static_cast<size_t>(local));
+      rs.sample_local_expert_counts(step, op.routing_layer, op.micro, rank, me, received, split);
+      for (int64_t e = 0; e < local; ++e) s.rows_per_expert[static_cast<size_t>(e)] = static_cast<int32_t>(split[static_cast<size_t>(e)]);
+    }
+  }
+  return plan;
+}
+
+size_t pinned_bytes_needed(const Program& p) {
+  double most = 0;
+  for (const Op& op : p.ops) {
+    if (op.kind == OpKind::swap_in || op.kind == OpKind::swap_out) most = std::max(most, op.comm_bytes);
+  }
+  return static_cast<size_t>(most);
+}
+
+namespace {
+
+[[noreturn]] void no_kernel(const Program& p, const Op& op, const std::string& why) {
+  throw BackendError("no kernel for op '" + p.name_of(op) + "' (kind " + std::string(enum_name(op.kind)) + ", phase " +
+                     std::string(enum_name(op.phase)) + "): " + why);
+}
+
+int64_t cols_of(const TensorDesc& d) { return d.shape[1] > 0 ? d.shape[1] : 1; }
+int64_t elements(std::span<const TensorDesc> ds) {
+  int64_t n = 0;
+  for (const TensorDesc& d : ds) n += d.num_elements();
+  return n;
+}
+
+ncclDataType_t nccl_type(Dtype d) {
+  switch (d) {
+    case Dtype::fp32: return ncclFloat32;
+    case Dtype::fp16: return ncclFloat16;
+    case Dtype::fp8: return ncclUint8;
+    case Dtype::int8: return ncclInt8;
+    case Dtype::int32: return ncclInt32;
+    default: return ncclBfloat16;
+  }
+}
+
+// The launches by family. Each takes its operands from the arenas, then launches unless dry.
+class Launcher {
+ public:
+  Launcher(OpEnv& env, const Program& p, const Op& op) : e_(env), p_(p), op_(op) {}
+
+  void run() {
+    switch (op_.kind) {
+      case OpKind::gemm:
+      case OpKind::lora_gemm: return op_.num_groups > 0 && op_.routing_layer >= 0 ? grouped() : gemm();
+      case OpKind::grouped_gemm: return grouped();
+      case OpKind::router: return router();
+      case OpKind::norm: return norm();
+      case OpKind::activation: return activation();
+      case OpKind::elementwise:
+      case OpKind::grad_accumulate: return elementwise();
+      case OpKind::embedding: return embedding();
+      case OpKind::short_conv: return short_conv();
+      case OpKind::attention_residual: return attention_residual();
+      case OpKind::permute: return permute();
+      case OpKind::unpermute: return unpermute();
+      case OpKind::kda: return kda();
+      case OpKind::flash_attention: return mla();
+      case OpKind::dsa_indexer:
+      case OpKind::indexer_score: return indexer();
+      case OpKind::topk: return topk();
+      case OpKind::kv_gather: return kv_gather();
+      case OpKind::sparse_attention: return sparse_attention();
+      case OpKind::cce_loss: return cce();
+      case OpKind::cross_entropy: return cross_entropy_op();
+      case OpKind::optimizer: return optimizer();
+      case OpKind::swap_out:
+      case OpKind::swap_in: return swap();
+      case OpKind::all_gather:
+      case OpKind::reduce_scatter:
+      case OpKind::all_reduce: return collective();
+      case OpKind::all_to_all: return all_to_all();
+      case OpKind::send:
+      case OpKind::recv: return p2p();
+      case OpKind::kda_gate_cumsum:
+      case OpKind::kda_intra_chunk:
+      case OpKind::kda_inter_chunk:
+      case OpKind::kda_output:
+        no_kernel(p_, op_, "the unfused KDA stages have no kernels; set fused_ops.kda");
+      case OpKind::kda_state_correction: no_kernel(p_, op_, "KDA context parallelism has no kernel");
+    }
+    no_kernel(p_, op_, "unknown kind");
+  }
+
+ private:
+  bool live() const { return !e_.dry; }
+  bool bwd() const { return op_.phase == Phase::bwd; }
+  cudaStream_t s() const { return e_.stream; }
+  template <class T>
+  T* in(int64_t n) { return e_.in->take<T>(n); }
+  template <class T>
+  T* out(int64_t n) { return e_.out->take<T>(n); }
+  const ModelSpec& model() const { return *e_.model; }
+  int64_t tp() const { return e_.graph->plan.group_size(GroupKind::tp); }
+  // Sequences in the op's tokens (attention kernels take [batch, seq]).
+  std::pair<int64_t, int64_t> batch_seq(int64_t tokens) const {
+    const int64_t seq = std::max<int64_t>(1, std::min(e_.graph->seq_len, tokens));
+    return {std::max<int64_t>(1, tokens / seq), seq};
+  }
+  void run_gemm(const GemmShape& sh, const void* a, const void* b, void* c, float beta = 0.0f) {
+    if (live() && sh.m > 0 && sh.n > 0 && sh.k > 0) e_.gemm->run(sh, a, b, c, 1.0f, beta, s());
+  }
+
+  // y = x W^T {m, n, k}; backward: dx = dy W, and dW = dy^T x when the weight trains.
+  void gemm() {
+    const int64_t m = op_.m, n = op_.n, k = op_.k;
+    if (m <= 0 || n <= 0 || k <= 0) no_kernel(p_, op_, "GEMM without a shape (m, n, k)");
+    const bool accumulate = op_.kind == OpKind::lora_gemm && op_.num_inputs > 1 && !bwd();  // lora_b adds to the base
+    if (!bwd()) {
+      auto* x = in<uint16_t>(m * k);
+      auto* w = in<uint16_t>(n * k);
+      auto* y = out<uint16_t>(m * n);
+      run_gemm({m, n, k, Trans::none, Trans::transpose, OutType::bf16}, x, w, y, accumulate ? 1.0f : 0.0f);
+      return;
+    }
+    auto* dy = in<uint16_t>(m * n);
+    auto* w = in<uint16_t>(n * k);
+    auto* x = in<uint16_t>(m * k);
+    auto* dx = out<uint16_t>(m * k);
+    run_gemm({m, k, n, Trans::none, Trans::none, OutType::bf16}, dy, w, dx);
+    if (op_.trainable_weight) {
+      auto* dw = out<uint16_t>(n * k);
+      run_gemm({n, k, m, Trans::transpose, Trans::none, OutType::bf16}, dy, x, dw);
+    }
+  }
+
+  // Expert GEMMs over this rank's rows per expert (sampled routing, as the engine's).
+  void grouped() {
+    const RoutingSlice* r = nullptr;
+    if (op_.routing_layer >= 0 && e_.routing) {
+      auto it = e_.routing->find({op_.routing_layer, op_.micro});
+      if (it != e_.routing->end()) r = &it->second;
+    }
+    std::vector<int32_t> rows;
+    const int64_t groups = std::max<int32_t>(op_.num_groups, 1);
+    if (r) {
+      rows = r->rows_per_expert;
+    } else {
+      for (int64_t g = 0; g < groups; ++g) rows.push_back(static_cast<int32_t>(op_.m / groups + (g < op_.m % groups ? 1 : 0)));
+    }
+    int64_t total = 0;
+    for (int32_t v : rows) total += v;
+    const int64_t n = op_.n, k = op_.k;
+    const auto num = static_cast<int64_t>(rows.size());
+    auto* w = in<uint16_t>(num * n * k);
+    if (!bwd()) {
+      auto* x = in<uint16_t>(total * k);
+      auto* y = out<uint16_t>(total * n);
+      if (live()) grouped_gemm(*e_.gemm, rows, n, k, Trans::transpose, x, w, n * k, y, s());
+      return;
+    }
+    auto* dy = in<uint16_t>(total * n);
+    auto* x = in<uint16_t>(total * k);
+    auto* dx = out<uint16_t>(total * k);
+    if (live()) grouped_gemm(*e_.gemm, rows, k, n, Trans::none, dy, w, n * k, dx, s());
+    if (op_.trainable_weight) {
+      // dW_e = dy_e^T x_e, expert by expert.
+      auto* dw = out<uint16_t>(num * n * k);
+      int64_t off = 0;
+      for (int64_t e = 0; e < num; ++e) {
+        const int64_t re = rows[static_cast<size_t>(e)];
+        run_gemm({n, k, re, Trans::transpose, Trans::none, OutType::bf16}, dy + off * n, x + off * k, dw + e * n * k);
+        off += re;
+      }
+    }
+  }
+
+  // Router: FP32 logits = x Wr^T, then sigmoid/softmax top-k; backward: dx = dlogits Wr.
+  // The expert dimension of the GEMMs is padded to a multiple of 8 (cuBLASLt wants 16-byte
+  // aligned leading dimensions; 14 experts would not be): at most 7 extra columns of work.
+  void router() {
+    const int64_t t = op_.m, experts = op_.n, d = op_.k;
+    const int64_t padded = (experts + 7) / 8 * 8;
+    const auto& moe = *model().moe;
+    auto* x = in<uint16_t>(t * d);
+    auto* w = in<uint16_t>(padded * d);
+    if (!bwd()) {
+      auto* logits = out<float>(t * padded);
+      auto* idx = out<int32_t>(t * moe.top_k);
+      auto* weights = out<float>(t * moe.top_k);
+      run_gemm({t, padded, d, Trans::none, Trans::transpose, OutType::fp32}, x, w, logits);
+      if (live()) {
+        router_topk(logits, moe.router.expert_bias ? e_.tables.router_bias : nullptr, t, static_cast<int>(experts),
+                    static_cast<int>(moe.top_k),
+                    moe.router.score == moesim::RouterScore::sigmoid ? cuda::RouterScore::sigmoid : cuda::RouterScore::softmax,
+                    moe.router.normalize_top_k, idx, weights, s());
+      }
+      return;
+    }
+    auto* dlogits = in<uint16_t>(t * padded);
+    auto* dx = out<uint16_t>(t * d);
+    run_gemm({t, d, padded, Trans::none, Trans::none, OutType::bf16}, dlogits, w, dx);
+    if (op_.trainable_weight) {
+      auto* dw = out<uint16_t>(padded * d);
+      run_gemm({padded, d, t, Trans::transpose, Trans::none, OutType::bf16}, dlogits, x, dw);
+    }
+  }
+
+  void norm() {
+    const TensorDesc& xd = bwd() ? p_.outputs(op_).front() : p_.inputs(op_).front();
+    const int64_t rows = xd.shape[0], cols = cols_of(xd);
+    const bool gated = (bwd() ? op_.num_outputs : op_.num_inputs) > 1;  // gated norm: norm(o) * gate(g)
+    auto* x = in<uint16_t>(rows * cols);
+    auto* w = in<uint16_t>(cols);
+    auto* g = gated ? in<uint16_t>(rows * cols) : nullptr;
+    if (!bwd()) {
+      auto* y = out<uint16_t>(rows * cols);
+      auto* rstd = out<float>(rows);
+      if (!live()) return;
+      rmsnorm_forward(x, w, y, rstd, rows, cols, 1e-6f, s());
+      if (gated) add(y, g, y, rows * cols, s());
+      return;
+    }
+    auto* rstd = in<float>(rows);
+    auto* dy = in<uint16_t>(rows * cols);
+    auto* dx = out<uint16_t>(rows * cols);
+    auto* dw = out<float>(cols);
+    auto* dg = gated ? out<uint16_t>(rows * cols) : nullptr;
+    if (!live()) return;
+    rmsnorm_backward(x, w, rstd, dy, dx, dw, rows, cols, s());
+    if (gated) add(dy, g, dg, rows * cols, s());
+  }
+
+  // SwiGLU on the gate|up projection [rows, 2f] -> [rows, f].
+  void activation() {
+    const TensorDesc& yd = bwd() ? p_.inputs(op_).front() : p_.outputs(op_).front();
+    const int64_t rows = yd.shape[0], f = cols_of(yd);
+    int64_t rows_used = rows;
+    if (op_.routing_layer >= 0) rows_used = routed_rows(rows);
+    auto* h = in<uint16_t>(rows_used * 2 * f);
+    if (!bwd()) {
+      auto* y = out<uint16_t>(rows_used * f);
+      if (live()) swiglu_forward(h, y, rows_used, f, s());
+      return;
+    }
+    auto* dy = in<uint16_t>(rows_used * f);
+    auto* dh = out<uint16_t>(rows_used * 2 * f);
+    if (live()) swiglu_backward(h, dy, dh, rows_used, f, s());
+  }
+
+  // The expert rows this rank processes in a routed op of `expected` rows.
+  int64_t routed_rows(int64_t expected) const {
+    if (!e_.routing) return expected;
+    auto it = e_.routing->find({op_.routing_layer, op_.micro});
+    if (it == e_.routing->end()) return expected;
+    int64_t total = 0;
+    for (int32_t v : it->second.rows_per_expert) total += v;
+    return total;
+  }
+
+  // Residual adds and gates: c = a + b on the output's elements; one input: a copy; backward:
+  // the gradient passed to each input.
+  void elementwise() {
+    const int64_t n = p_.outputs(op_).empty() ? 0 : p_.outputs(op_).front().num_elements();
+    if (n == 0 && op_.num_inputs == 0 && op_.flops == 0 && op_.bytes_read == 0 && op_.bytes_written == 0) {
+      return;  // a bookkeeping op (e.g. embedding.release: frees buffers, no tensors, no work)
+    }
+    if (n == 0) no_kernel(p_, op_, "elementwise op without an output");
+    if (!bwd()) {
+      auto* a = in<uint16_t>(n);
+      auto* b = op_.num_inputs > 1 ? in<uint16_t>(n) : nullptr;
+      auto* c = out<uint16_t>(n);
+      if (!live()) return;
+      if (b) add(a, b, c, n, s()); else copy(a, c, n, s());
+      return;
+    }
+    auto* dy = in<uint16_t>(n);
+    auto* other = op_.num_inputs > 1 ? in<uint16_t>(n) : nullptr;  // the saved input a gate's gradient reads
+    for (const TensorDesc& o : p_.outputs(op_)) {
+      auto* dx = out<uint16_t>(o.num_elements());
+      if (!live()) continue;
+      if (other) add(dy, other, dx, std::min(n, o.num_elements()), s()); else copy(dy, dx, std::min(n, o.num_elements()), s());
+    }
+  }
+
+  void embedding() {
+    if (bwd()) no_kernel(p_, op_, "a trainable embedding's backward (scatter-add) has no kernel yet");
+    const TensorDesc& y = p_.outputs(op_).front();
+    const int64_t rows = y.shape[0], d = cols_of(y), vocab = model().vocab_size;
+    auto* table = in<uint16_t>(vocab * d);
+    auto* o = out<uint16_t>(rows * d);
+    if (live()) exec_kernels::gather_rows(table, e_.tables.token_ids, rows, d, vocab, o, s());
+  }
+
+  // KDA's depthwise causal conv over q|k|v.
+  void short_conv() {
+    // Forward: one [t, 3p] output; backward: the three [t, p] input gradients. Either way the
+    // outputs hold rows x channels.
+    const int64_t rows = p_.outputs(op_).front().shape[0];
+    const int64_t channels = elements(p_.outputs(op_)) / rows;
+    const int width = static_cast<int>(model().kda ? model().kda->short_conv_kernel : 4);
+    auto* x = in<uint16_t>(rows * channels);
+    auto* w = in<uint16_t>(channels * width);
+    auto* y = out<uint16_t>(rows * channels);
+    if (live()) exec_kernels::short_conv(x, w, rows, channels, width, bwd(), y, s());
+  }
+
+  int sources() const {
+    const auto& ar = model().attention_residuals;
+    const int64_t block = ar ? ar->block_size : 1;
+    return static_cast<int>((op_.layer - 1) / std::max<int64_t>(block, 1) + 2);
+  }
+
+  void attention_residual() {
+    const TensorDesc& y = p_.outputs(op_).front();  // the mix's output, or its input's gradient: same shape
+    const int64_t n = y.num_elements();
+    const int src = sources();
+    if (!bwd()) {
+      auto* x = in<uint16_t>(n * src);
+      auto* o = out<uint16_t>(n);
+      if (live()) exec_kernels::residual_mix(x, e_.tables.mix_weights, src, n, o, s());
+      return;
+    }
+    auto* dy = in<uint16_t>(n);
+    auto* dx = out<uint16_t>(n * src);
+    if (live()) exec_kernels::residual_mix_backward(dy, e_.tables.mix_weights, src, n, dx, s());
+  }
+
+  // Token order -> expert order (forward permute, or the unpermute's backward).
+  void permute() {
+    const auto& moe = *model().moe;
+    const int64_t t = e_.graph->tokens_per_micro_batch, k = moe.top_k;
+    const TensorDesc& big = p_.outputs(op_).front();  // [assignments, cols] in expert order
+    const int64_t cols = cols_of(big);
+    auto* x = in<uint16_t>(t * cols);
+    auto* xp = out<uint16_t>(t * k * cols);
+    if (live()) permute_rows(x, e_.tables.dest_row, t * k, static_cast<int>(k), cols, xp, s());
+  }
+
+  // Expert order -> token order with the combine weights (forward), or the permute's backward.
+  void unpermute() {
+    const auto& moe = *model().moe;
+    const int64_t t = e_.graph->tokens_per_micro_batch, k = moe.top_k;
+    const TensorDesc& small = p_.outputs(op_).front();  // [tokens, cols] in token order
+    const int64_t cols = cols_of(small);
+    auto* yp = in<uint16_t>(t * k * cols);
+    auto* weights = in<float>(t * k);
+    auto* y = out<uint16_t>(t * cols);
+    if (live()) unpermute_combine(yp, e_.tables.dest_row, weights, t, static_cast<int>(k), cols, y, s());
+  }
+
+  void kda() {
+    if (!model().kda) no_kernel(p_, op_, "the model has no kda block");
+    const auto& c = *model().kda;
+    const auto [batch, seq] = batch_seq(op_.m);
+    KdaShape sh{batch, seq, c.num_heads / tp(), c.head_dim, c.head_dim, c.chunk_size};
+    const int64_t th = batch * seq * sh.heads;
+    auto* q = in<uint16_t>(th * sh.head_dim_k);
+    auto* k = in<uint16_t>(th * sh.head_dim_k);
+    auto* v = in<uint16_t>(th * sh.head_dim_v);
+    auto* g = in<float>(th * sh.head_dim_k);
+    auto* beta = in<float>(th);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(sh.head_dim_k));
+    if (!bwd()) {
+      auto* o = out<uint16_t>(th * sh.head_dim_v);
+      void* ws = e_.out->take_bytes(kda_forward_workspace_bytes(sh));
+      if (live()) kda_forward(sh, q, k, v, g, beta, scale, o, ws, s());
+      return;
+    }
+    auto* d_o = in<uint16_t>(th * sh.head_dim_v);
+    auto* dq = out<float>(th * sh.head_dim_k);
+    auto* dk = out<float>(th * sh.head_dim_k);
+    auto* dv = out<float>(th * sh.head_dim_v);
+    auto* dg = out<float>(th * sh.head_dim_k);
+    auto* dbeta = out<float>(th);
+    void* ws = e_.out->take_bytes(kda_backward_workspace_bytes(sh));
+    if (live()) kda_backward(sh, q, k, v, g, beta, d_o, scale, dq, dk, dv, dg, dbeta, ws, s());
+  }
+
+  // Dense causal MLA core (the kv_b expansion is the caller's: k has q's heads).
+  void mla() {
+    if (!model().mla) no_kernel(p_, op_, "flash_attention runs the MLA kernels; the model has no mla block");
+    const auto& a = *model().mla;
+    const auto [batch, seq] = batch_seq(op_.m);
+    MlaShape sh{batch, seq, a.num_heads / tp(), a.qk_nope_head_dim + a.qk_rope_head_dim, a.v_head_dim};
+    const int64_t th = batch * seq * sh.heads;
+    auto* q = in<uint16_t>(th * sh.head_dim_qk);
+    auto* k = in<uint16_t>(th * sh.head_dim_qk);
+    auto* v = in<uint16_t>(th * sh.head_dim_v);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(sh.head_dim_qk));
+    if (!bwd()) {
+      auto* o = out<uint16_t>(th * sh.head_dim_v);
+      auto* lse = out<float>(th);
+      if (live()) mla_forward(sh, q, k, v, scale, o, lse, s());
+      return;
+    }
+    auto* o = in<uint16_t>(th * sh.head_dim_v);
+    auto* lse = in<float>(th);
+    auto* d_o = in<uint16_t>(th * sh.head_dim_v);
+    auto* dq = out<float>(th * sh.head_dim_qk);
+    auto* dk = out<float>(th * sh.head_dim_qk);
+    auto* dv = out<float>(th * sh.head_dim_v);
+    void* ws = e_.out->take_bytes(mla_backward_workspace_bytes(sh));
+    if (live()) mla_backward(sh, q, k, v, o, lse, d_o, scale, dq, dk, dv, ws, s());
+  }
+
+  DsaIndexerShape indexer_shape() const {
+    if (!model().dsa_indexer) no_kernel(p_, op_, "the model has no dsa_indexer block");
+    const auto& ix = *model().dsa_indexer;
+    const auto [batch, seq] = batch_seq(op_.m);
+    return DsaIndexerShape{batch, seq, ix.num_heads / tp(), ix.head_dim, std::min(ix.top_k, seq)};
+  }
+
+  // The lightning indexer: scores, then top-k (the fused op runs both kernels; the backend has
+  // no fused LI kernel, so the scores do go through HBM here).
+  void indexer() {
+    const DsaIndexerShape sh = indexer_shape();
+    const int64_t tt = sh.batch * sh.seq;
+    auto* q = in<uint16_t>(tt * sh.heads * sh.head_dim);
+    auto* k = in<uint16_t>(tt * sh.head_dim);
+    auto* w = in<float>(tt * sh.heads);
+    if (!bwd()) {
+      auto* scores = out<float>(sh.batch * sh.seq * sh.seq);
+      auto* idx = op_.kind == OpKind::dsa_indexer ? out<int32_t>(tt * sh.top_k) : nullptr;
+      if (!live()) return;
+      dsa_indexer_scores(sh, q, k, w, scores, s());
+      if (idx) dsa_topk(sh, scores, idx, s());
+      return;
+    }
+    auto* d_scores = in<float>(sh.batch * sh.seq * sh.seq);
+    auto* dq = out<float>(tt * sh.heads * sh.head_dim);
+    auto* dk = out<float>(tt * sh.head_dim);
+    auto* dw = out<float>(tt * sh.heads);
+    if (live()) dsa_indexer_backward(sh, q, k, w, d_scores, dq, dk, dw, s());
+  }
+
+  void topk() {
+    if (bwd()) no_kernel(p_, op_, "top-k has no backward");
+    const DsaIndexerShape sh = indexer_shape();
+    auto* scores = in<float>(sh.batch * sh.seq * sh.seq);
+    auto* idx = out<int32_t>(sh.batch * sh.seq * sh.top_k);
+    if (live()) dsa_topk(sh, scores, idx, s());
+  }
+
+  // Unfused DSA: the selected latents gathered row by row.
+  void kv_gather() {
+    const TensorDesc& g = bwd() ? p_.inputs(op_).front() : p_.outputs(op_).front();
+    const int64_t t = g.shape[0];
+    const DsaIndexerShape sh = indexer_shape();
+    const int64_t latent = cols_of(g) / std::max<int64_t>(sh.top_k, 1);
+    auto* kv = in<uint16_t>(t * latent);
+    auto* o = out<uint16_t>(t * sh.top_k * latent);
+    if (live()) exec_kernels::gather_rows(kv, e_.tables.dsa_keys, t * sh.top_k, latent, t, o, s());
+  }
+
+  void sparse_attention() {
+    if (!model().mla || !model().dsa_indexer) no_kernel(p_, op_, "sparse attention needs mla and dsa_indexer blocks");
+    const auto& a = *model().mla;
+    const auto [batch, seq] = batch_seq(op_.m);
+    DsaAttentionShape sh{batch, seq, a.num_heads / tp(), a.kv_lora_rank, a.qk_rope_head_dim,
+                         std::min(model().dsa_indexer->top_k, seq)};
+    const int64_t tt = batch * seq, dq_dim = sh.latent + sh.rope;
+    auto* q = in<uint16_t>(tt * sh.heads * dq_dim);
+    auto* kv = in<uint16_t>(tt * dq_dim);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(a.qk_nope_head_dim + a.qk_rope_head_dim));
+    if (!bwd()) {
+      auto* o = out<uint16_t>(tt * sh.heads * sh.latent);
+      auto* lse = out<float>(tt * sh.heads);
+      if (live()) dsa_sparse_forward(sh, q, kv, e_.tables.dsa_keys, scale, o, lse, s());
+      return;
+    }
+    auto* o = in<uint16_t>(tt * sh.heads * sh.latent);
+    auto* lse = in<float>(tt * sh.heads);
+    auto* d_o = in<uint16_t>(tt * sh.heads * sh.latent);
+    auto* dq = out<float>(tt * sh.heads * dq_dim);
+    auto* dkv = out<float>(tt * dq_dim);
+    void* ws = e_.out->take_bytes(dsa_sparse_backward_workspace_bytes(sh));
+    if (live()) dsa_sparse_backward(sh, q, kv, e_.tables.dsa_keys, o, lse, d_o, scale, dq, dkv, ws, s());
+  }
+
+  // Cut cross-entropy, vocabulary chunk by chunk (num_groups chunks): forward and recompute form
+  // each chunk's logits [t, chunk] with a GEMM and reduce them (log-sum-exp); backward forms the
+  // chunk's softmax gradient from the recomputed logits and accumulates dh += dlogits W_chunk
+  // (and dW when the head trains). The logits live in one [t, chunk] scratch: never the full vocab.
+  void cce() {
+    const int64_t t = op_.m, vocab = op_.n, d = op_.k;
+    const int64_t chunks = std::max<int32_t>(op_.num_groups, 1);
+    const int64_t chunk = (vocab + chunks - 1) / chunks;
+    auto* h = in<uint16_t>(t * d);
+    auto* w = in<uint16_t>(vocab * d);
+    auto* logits = out<uint16_t>(t * chunk);
+    auto* loss = out<float>(t);
+    uint16_t* dlogits = bwd() ? out<uint16_t>(t * chunk) : nullptr;
+    uint16_t* dh = bwd() ? out<uint16_t>(t * d) : nullptr;
+    uint16_t* dw = bwd() && op_.trainable_weight ? out<uint16_t>(vocab * d) : nullptr;
+    if (vocab - (chunks - 1) * chunk < kChunkTargetRange) {
+      no_kernel(p_, op_, "vocabulary chunks below " + std::to_string(kChunkTargetRange) + " entries are not supported");
+    }
+    if (!live()) return;
+    for (int64_t c0 = 0; c0 < vocab; c0 += chunk) {
+      const int64_t v = std::min(chunk, vocab - c0);
+      if (!bwd()) {
+        run_gemm({t, v, d, Trans::none, Trans::transpose, OutType::bf16}, h, w + c0 * d, logits);
+        cross_entropy(logits, e_.tables.chunk_targets, t, v, 1.0f / static_cast<float>(t), loss, nullptr, s());
+        continue;
+      }
+      cross_entropy(logits, e_.tables.chunk_targets, t, v, 1.0f / static_cast<float>(t), loss, dlogits, s());
+      run_gemm({t, d, v, Trans::none, Trans::none, OutType::bf16}, dlogits, w + c0 * d, dh, c0 == 0 ? 0.0f : 1.0f);
+      if (dw) run_gemm({v, d, t, Trans::transpose, Trans::none, OutType::bf16}, dlogits, h, dw + c0 * d);
+    }
+  }
+
+  // The full (unchunked) loss: the logits already exist; one pass writes loss and gradient.
+  void cross_entropy_op() {
+    const TensorDesc& l = p_.inputs(op_).front();
+    const int64_t rows = l.shape[0], vocab = cols_of(l);
+    auto* logits = in<uint16_t>(rows * vocab);
+    auto* loss = out<float>(rows);
+    auto* dlogits = bwd() ? out<uint16_t>(rows * vocab) : nullptr;
+    if (live()) cross_entropy(logits, e_.tables.token_ids, rows, vocab, 1.0f / static_cast<float>(rows), loss, dlogits, s());
+  }
+
+  // AdamW over the unit's trainable parameters (flops = 12 per parameter, step_graph.cpp), in
+  // place on the persistent optimizer state.
+  void optimizer() {
+    const auto n = static_cast<int64_t>(op_.flops / 12.0);
+    if (n <= 0) return;
+    if (!live()) return;
+    OptimizerState& st = *e_.optimizer;
+    if (n > st.capacity) {
+      throw BackendError("optimizer op '" + p_.name_of(op_) + "' updates " + std::to_string(n) +
+                         " parameters, more than the persistent state holds (" + std::to_string(st.capacity) + ")");
+    }
+    AdamWConfig cfg;
+    adamw_step(st.master, st.grad, st.m, st.v, st.param, n, cfg, s());
+  }
+
+  void swap() {
+    const auto bytes = static_cast<size_t>(op_.comm_bytes);
+    void* dev = op_.kind == OpKind::swap_out ? e_.in->take_bytes(bytes) : e_.out->take_bytes(bytes);
+    if (!live() || bytes == 0) return;
+    if (bytes > e_.pinned_bytes) throw BackendError("swap copy larger than the pinned scratch");
+    if (op_.kind == OpKind::swap_out) {
+      swap_out(dev, e_.pinned, bytes, s());
+    } else {
+      swap_in(e_.pinned, dev, bytes, s());
+    }
+  }
+
+  size_t type_bytes() const { return static_cast<size_t>(dtype_bytes(op_.dtype)); }
+
+  // all-gather: comm_bytes is the gathered size; reduce-scatter: the input size; all-reduce: the
+  // buffer (nccl-tests' "size" of each).
+  void collective() {
+    const GroupComm& c = e_.comm;
+    const size_t total = static_cast<size_t>(op_.comm_bytes) / type_bytes();
+    const size_t n = static_cast<size_t>(c.size);
+    if (c.size <= 1 || total == 0) return;  // a group of one: nothing to exchange (as in the engine)
+    const ncclDataType_t type = nccl_type(op_.dtype);
+    if (op_.kind == OpKind::all_gather) {
+      auto* send = e_.in->take_bytes(total / n * type_bytes());
+      auto* recv = e_.out->take_bytes(total / n * n * type_bytes());
+      if (live()) MOESIM_NCCL_CHECK(ncclAllGather(send, recv, total / n, type, c.comm, s()));
+    } else if (op_.kind == OpKind::reduce_scatter) {
+      auto* send = e_.in->take_bytes(total / n * n * type_bytes());
+      auto* recv = e_.out->take_bytes(total / n * type_bytes());
+      if (live()) MOESIM_NCCL_CHECK(ncclReduceScatter(send, recv, total / n, type, ncclSum, c.comm, s()));
+    } else {
+      auto* send = e_.in->take_bytes(total * type_bytes());
+      auto* recv = e_.out->take_bytes(total * type_bytes());
+      if (live()) MOESIM_NCCL_CHECK(ncclAllReduce(send, recv, total, type, ncclSum, c.comm, s()));
+    }
+  }
+
+  // Dispatch direction: tokens to their experts (dispatch forward/recompute, combine backward);
+  // the other direction returns them.
+  bool dispatch_direction() const {
+    const std::string& name = p_.name_of(op_);
+    const bool is_combine = name.find(".combine") != std::string::npos;
+    return is_combine == bwd();
+  }
+
+  // All-to-all(v): grouped ncclSend/ncclRecv, rows per peer from the routing plan (or equal
+  // blocks when the op is not routed); the block to itself is a device copy.
+  void all_to_all() {
+    const GroupComm& c = e_.comm;
+    if (c.size <= 1 || op_.comm_bytes <= 0) return;
+    std::vector<int64_t> send_bytes(static_cast<size_t>(c.size)), recv_bytes(static_cast<size_t>(c.size));
+    const RoutingSlice* r = nullptr;
+    if (op_.routing_layer >= 0 && e_.routing) {
+      auto it = e_.routing->find({op_.routing_layer, op_.micro});
+      if (it != e_.routing->end()) r = &it->second;
+    }
+    if (r) {
+      const double assignments = static_cast<double>(e_.graph->tokens_per_micro_batch * model().moe->top_k);
+      const auto row_bytes = static_cast<int64_t>(op_.comm_bytes / assignments);
+      const bool fwd_dir = dispatch_direction();
+      for (size_t q = 0; q < send_bytes.size(); ++q) {
+        send_bytes[q] = (fwd_dir ? r->send_rows[q] : r->recv_rows[q]) * row_bytes;
+        recv_bytes[q] = (fwd_dir ? r->recv_rows[q] : r->send_rows[q]) * row_bytes;
+      }
+    } else {
+      const auto block = static_cast<int64_t>(op_.comm_bytes) / c.size;
+      std::fill(send_bytes.begin(), send_bytes.end(), block);
+      std::fill(recv_bytes.begin(), recv_bytes.end(), block);
+    }
+    int64_t send_total = 0, recv_total = 0;
+    for (size_t q = 0; q < send_bytes.size(); ++q) {
+      send_total += send_bytes[q];
+      recv_total += recv_bytes[q];
+    }
+    auto* send = static_cast<char*>(e_.in->take_bytes(static_cast<size_t>(send_total)));
+    auto* recv = static_cast<char*>(e_.out->take_bytes(static_cast<size_t>(recv_total)));
+    if (!live()) return;
+    int64_t so = 0, ro = 0;
+    MOESIM_NCCL_CHECK(ncclGroupStart());
+    for (int q = 0; q < c.size; ++q) {
+      const auto sq = static_cast<size_t>(q);
+      if (q == c.rank) {
+        if (send_bytes[sq] > 0) {
+          MOESIM_CUDA_CHECK(cudaMemcpyAsync(recv + ro, send + so, static_cast<size_t>(std::min(send_bytes[sq], recv_bytes[sq])),
+                                            cudaMemcpyDeviceToDevice, s()));
+        }
+      } else {
+        if (send_bytes[sq] > 0) MOESIM_NCCL_CHECK(ncclSend(send + so, static_cast<size_t>(send_bytes[sq]), ncclUint8, q, c.comm, s()));
+        if (recv_bytes[sq] > 0) MOESIM_NCCL_CHECK(ncclRecv(recv + ro, static_cast<size_t>(recv_bytes[sq]), ncclUint8, q, c.comm, s()));
+      }
+      so += send_bytes[sq];
+      ro += recv_bytes[sq];
+    }
+    MOESIM_NCCL_CHECK(ncclGroupEnd());
+  }
+
+  // Pipeline / context-parallel point to point: a peer outside the group means nothing to do.
+  void p2p() {
+    const GroupComm& c = e_.comm;
+    const int peer = c.rank + op_.peer_offset;
+    if (c.size <= 1 || peer < 0 || peer >= c.size || op_.comm_bytes <= 0) return;
+    const auto bytes = static_cast<size_t>(op_.comm_bytes);
+    void* buf = op_.kind == OpKind::send ? e_.in->take_bytes(bytes) : e_.out->take_bytes(bytes);
+    if (!live()) return;
+    if (op_.kind == OpKind::send) {
+      MOESIM_NCCL_CHECK(ncclSend(buf, bytes, ncclUint8, peer, c.comm, s()));
+    } else {
+      MOESIM_NCCL_CHECK(ncclRecv(buf, bytes, ncclUint8, peer, c.comm, s()));
+    }
+  }
+
+  OpEnv& e_;
+  const Program& p_;
+  const Op& op_;
+};
+
+}  // namespace
+
+void launch_op(OpEnv& env, const Program& p, uint32_t i) {
+  env.in->reset();
+  env.out->reset();
+  Launcher(env, p, p.ops[i]).run();
+}
+
+}  // namespace moesim::cuda

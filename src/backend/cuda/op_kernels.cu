@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: MIT
+// The executor's own small kernels (op_kernels.hpp, section "executor kernels"): the ops the
+// backend's kernel set (kernels.hpp) has no launcher for - the embedding gather, the depthwise
+// causal short convolution of KDA, and the Attention Residuals mix. Memory-bound, FP32 math,
+// grid-stride loops; each launcher computes its grid with a ceil-div and checks the launch.
+#include "backend/cuda/op_kernels.hpp"
+
+#include <algorithm>
+
+#include <cuda_bf16.h>
+
+#include "backend/cuda/check.hpp"
+
+namespace moesim::cuda::exec_kernels {
+namespace {
+
+constexpr int kThreads = 256;
+
+int blocks_for(int64_t n) {
+  const int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(std::min<int64_t>(std::max<int64_t>(b, 1), 65535 * 8));
+}
+
+__device__ float load(const uint16_t* p, int64_t i) {
+  return __bfloat162float(__ushort_as_bfloat16(p[i]));
+}
+__device__ void store(uint16_t* p, int64_t i, float v) { p[i] = __bfloat16_as_ushort(__float2bfloat16(v)); }
+
+__global__ void gather_rows_kernel(const uint16_t* table, const int32_t* ids, int64_t rows, int64_t cols,
+                                   int64_t table_rows, uint16_t* out) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    int64_t src = ids[r];
+    src = src < 0 ? 0 : (src >= table_rows ? table_rows - 1 : src);
+    out[i] = table[src * cols + c];
+  }
+}
+
+// y[t, c] = sum_j w[c, j] x[t - j, c] (causal, zero before the sequence start).
+__global__ void short_conv_kernel(const uint16_t* x, const uint16_t* w, int64_t rows, int64_t channels, int width,
+                                  bool reverse, uint16_t* y) {
+  const int64_t n = rows * channels;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / channels, c = i % channels;
+    float acc = 0;
+    for (int j = 0; j < width; ++j) {
+      const int64_t s = reverse ? t + j : t - j;  // the backward runs the convolution transposed
+      if (s >= 0 && s < rows) acc += load(w, c * width + j) * load(x, s * channels + c);
+    }
+    store(y, i, acc);
+  }
+}
+
+// y = sum_s a[s] x_s over `sources` stacked inputs of n elements each.
+__global__ void mix_kernel(const uint16_t* x, const float* a, int sources, int64_t n, uint16_t* y) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float acc = 0;
+    for (int s = 0; s < sources; ++s) acc += a[s] * load(x, s * n + i);
+    store(y, i, acc);
+  }
+}
+
+// dx_s = a[s] dy for every source (the mix's input gradients).
+__global__ void mix_backward_kernel(const uint16_t* dy, const float* a, int sources, int64_t n, uint16_t* dx) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float g = load(dy, i);
+    for (int s = 0; s < sources; ++s) store(dx, s * n + i, a[s] * g);
+  }
+}
+
+}  // namespace
+
+void gather_rows(const uint16_t* table, const int32_t* ids, int64_t rows, int64_t cols, int64_t table_rows, uint16_t* out,
+                 cudaStream_t stream) {
+  gather_rows_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(table, ids, rows, cols, table_rows, out);
+  MOESIM_LAUNCH_CHECK();
+}
+
+void short_conv(const uint16_t* x, const uint16_t* w, int64_t rows, int64_t channels, int width, bool transposed,
+                uint16_t* y, cudaStream_t stream) {
+  short_conv_kernel<<<blocks_for(rows * channels), kThreads, 0, stream>>>(x, w, rows, channels, width, transposed, y);
+  MOESIM_LAUNCH_CHECK();
+}
+
+void residual_mix(const uint16_t* x, const float* weights, int sources, int64_t n, uint16_t* y, cudaStream_t stream) {
+  mix_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, weights, sources, n, y);
+  MOESIM_LAUNCH_CHECK();
+}
+
+void residual_mix_backward(const uint16_t* dy, const float* weights, int sources, int64_t n, uint16_t* dx,
+                           cudaStream_t stream) {
+  mix_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dy, weights, sources, n, dx);
+  MOESIM_LAUNCH_CHECK();
+}
+
+}  // namespace moesim::cuda::exec_kernels

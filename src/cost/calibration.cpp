@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: MIT
+#include "cost/calibration.hpp"
+
+#include <cmath>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+
+namespace moesim {
+
+double CalibrationTable::at(double x) const {
+  const auto& p = points_;
+  if (p.empty()) return 0;
+  if (!(x > p.front().first)) return p.front().second;  // also x <= 0 or NaN: the smallest point
+  if (x >= p.back().first) return p.back().second;
+  size_t hi = 1;
+  while (p[hi].first < x) ++hi;  // tables have tens of points: a scan is fine
+  const auto& [x0, y0] = p[hi - 1];
+  const auto& [x1, y1] = p[hi];
+  const double f = std::log(x / x0) / std::log(x1 / x0);
+  return y0 + f * (y1 - y0);
+}
+
+const CalibrationTable* Calibration::collective(OpKind kind, int64_t n) const {
+  auto it = busbw.find({kind, n});
+  return it == busbw.end() ? nullptr : &it->second;
+}
+
+namespace {
+
+using nlohmann::json;
+
+constexpr int kFormatVersion = 1;
+
+struct Reader {
+  const std::string& file;
+
+  [[noreturn]] void fail(const std::string& path, const std::string& msg) const { throw InputError(file, path, msg); }
+
+  const json& object(const json& j, const std::string& path) const {
+    if (!j.is_object()) fail(path, "must be an object");
+    return j;
+  }
+
+  void only_keys(const json& j, const std::string& path, const std::set<std::string>& allowed) const {
+    for (const auto& [key, value] : j.items()) {
+      (void)value;
+      if (!allowed.contains(key)) {
+        std::string known;
+        for (const auto& k : allowed) known += (known.empty() ? "" : ", ") + k;
+        fail(pointer_append(path, key), "unknown key (known: " + known + ")");
+      }
+    }
+  }
+
+  // {"measure": M, "value": V, "points": [[x, y], ...], "samples": [...], "dtype": "bf16"}
+  CalibrationTable table(const json& j, const std::string& path, const std::string& measure,
+                         const std::string& value) const {
+    object(j, path);
+    only_keys(j, path, {"measure", "value", "points", "samples", "dtype"});
+    const auto expect = [&](const char* key, const std::string& want) {
+      if (!j.contains(key)) fail(path, std::string("missing \"") + key + "\"");
+      if (!j[key].is_string() || j[key].get<std::string>() != want) {
+        fail(pointer_append(path, key), "must be \"" + want + "\"");
+      }
+    };
+    expect("measure", measure);
+    expect("value", value);
+    if (j.contains("dtype")) expect("dtype", "bf16");
+    if (!j.contains("points")) fail(path, "missing \"points\"");
+    const json& pts = j["points"];
+    const std::string pp = pointer_append(path, "points");
+    if (!pts.is_array() || pts.empty()) fail(pp, "must be a non-empty array of [x, y] pairs");
+    std::vector<std::pair<double, double>> out;
+    for (size_t i = 0; i < pts.size(); ++i) {
+      const std::string ip = pp + "/" + std::to_string(i);
+      const json& p = pts[i];
+      if (!p.is_array() || p.size() != 2 || !p[0].is_number() || !p[1].is_number()) fail(ip, "must be [x, y] (numbers)");
+      const double x = p[0].get<double>();
+      const double y = p[1].get<double>();
+      if (!(x > 0) || !std::isfinite(x)) fail(ip + "/0", "the measure must be positive and finite");
+      if (!(y > 0) || !std::isfinite(y)) fail(ip + "/1", "the value must be positive and finite");
+      if (!out.empty() && !(x > out.back().first)) fail(ip + "/0", "measures must increase strictly");
+      out.emplace_back(x, y);
+    }
+    return CalibrationTable(std::move(out));
+  }
+};
+
+}  // namespace
+
+Calibration load_calibration(const InputText& input) {
+  const json root = parse_json(input);
+  const Reader r{input.name};
+  r.object(root, "");
+  r.only_keys(root, "", {"format", "version", "provenance", "kernels", "other_kernels", "host_copy", "collectives"});
+  if (!root.contains("format") || root["format"] != "moesim-calibration") {
+    r.fail("/format", "must be \"moesim-calibration\"");
+  }
+  if (!root.contains("version") || !root["version"].is_number_integer()) r.fail("/version", "must be an integer");
+  if (root["version"].get<int>() != kFormatVersion) {
+    r.fail("/version", "unsupported version " + root["version"].dump() + " (this moesim reads version " +
+                           std::to_string(kFormatVersion) + ")");
+  }
+  Calibration c;
+  c.file = input.name;
+  if (root.contains("kernels")) {
+    const json& k = r.object(root["kernels"], "/kernels");
+    r.only_keys(k, "/kernels", {"gemm", "grouped_gemm", "memory"});
+    if (k.contains("gemm")) c.gemm_flops_per_s = r.table(k["gemm"], "/kernels/gemm", "min_mnk", "flops_per_s");
+    if (k.contains("grouped_gemm")) {
+      c.grouped_gemm_flops_per_s = r.table(k["grouped_gemm"], "/kernels/grouped_gemm", "rows_per_group", "flops_per_s");
+    }
+    if (k.contains("memory")) c.memory_bytes_per_s = r.table(k["memory"], "/kernels/memory", "bytes", "bytes_per_s");
+  }
+  if (root.contains("host_copy")) {
+    const json& h = r.object(root["host_copy"], "/host_copy");
+    r.only_keys(h, "/host_copy", {"h2d", "d2h"});
+    if (h.contains("h2d")) c.h2d_bytes_per_s = r.table(h["h2d"], "/host_copy/h2d", "bytes", "bytes_per_s");
+    if (h.contains("d2h")) c.d2h_bytes_per_s = r.table(h["d2h"], "/host_copy/d2h", "bytes", "bytes_per_s");
+  }
+  if (root.contains("collectives")) {
+    const json& col = r.object(root["collectives"], "/collectives");
+    for (const auto& [name, groups] : col.items()) {
+      const std::string path = pointer_append("/collectives", name);
+      const auto kind = enum_from_name<OpKind>(name);
+      if (!kind || !is_collective(*kind)) {
+        r.fail(path, "unknown collective (known: all_gather, reduce_scatter, all_reduce, all_to_all)");
+      }
+      r.object(groups, path);
+      for (const auto& [size, t] : groups.items()) {
+        const std::string gp = pointer_append(path, size);
+        int64_t n = 0;
+        try {
+          size_t used = 0;
+          n = std::stoll(size, &used);
+          if (used != size.size()) n = 0;
+        } catch (const std::exception&) {
+          n = 0;
+        }
+        if (n < 2) r.fail(gp, "group sizes are integers >= 2");
+        c.busbw[{*kind, n}] = r.table(t, gp, "bytes", "busbw_bytes_per_s");
+      }
+    }
+  }
+  return c;
+}
+
+}  // namespace moesim

@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: MIT
+// Calibration: measured kernel throughput, copy bandwidth and collective bus bandwidth, read from
+// a calibration file (docs/calibration/format.md, written by `moesim calibrate`) that a hardware
+// file names. The cost model uses a table instead of its efficiency curve for what the table covers.
+//
+// A table holds points (x_i, y_i) with x strictly increasing; between points y is linear in log x
+// (shapes and sizes are measured on geometric grids), so it is exact at grid points and monotone
+// between them; outside the grid it is clamped to the end value.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/json_input.hpp"
+#include "graph/op.hpp"
+
+namespace moesim {
+
+class CalibrationTable {
+ public:
+  CalibrationTable() = default;
+  // Points sorted by x, x > 0 strictly increasing, y > 0 (checked by the reader).
+  explicit CalibrationTable(std::vector<std::pair<double, double>> points) : points_(std::move(points)) {}
+
+  double at(double x) const;
+  const std::vector<std::pair<double, double>>& points() const { return points_; }
+
+ private:
+  std::vector<std::pair<double, double>> points_;
+};
+
+struct Calibration {
+  std::string file;
+  std::optional<CalibrationTable> gemm_flops_per_s;          // BF16 GEMMs, by min(m, n, k)
+  std::optional<CalibrationTable> grouped_gemm_flops_per_s;  // BF16 grouped GEMMs, by rows per group
+  std::optional<CalibrationTable> memory_bytes_per_s;        // memory-bound kernels, by bytes moved (read + write)
+  std::optional<CalibrationTable> h2d_bytes_per_s;           // pinned host -> device, by bytes
+  std::optional<CalibrationTable> d2h_bytes_per_s;           // device -> pinned host, by bytes
+  std::map<std::pair<OpKind, int64_t>, CalibrationTable> busbw;  // (collective, group size): busbw by nccl-tests size
+
+  // The bus-bandwidth table of a collective over n ranks in one scale-up domain, or null.
+  const CalibrationTable* collective(OpKind kind, int64_t n) const;
+};
+
+// Reads and checks a calibration file; bad input throws InputError naming the file and JSON path.
+Calibration load_calibration(const InputText& input);
+
+}  // namespace moesim

@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: MIT
+// The executor's CPU-side plans (no GPU needed): queue assignment and cross-queue waits from a
+// Program, the buffer plan from memory effects, the dry run of every launch (every op of the
+// shipped calibration scenarios has a kernel), the routing plan's consistency across ranks.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include "backend/cuda/check.hpp"
+#include "backend/cuda/executor.hpp"
+#include "core/json_input.hpp"
+#include "cost/cost_model.hpp"
+#include "engine/engine.hpp"
+
+using namespace moesim;
+using namespace moesim::cuda;
+
+namespace {
+
+const char* const kCalibration[] = {"scenarios/calibration/k3-slice-1gpu.json", "scenarios/calibration/k3-slice-2gpu.json"};
+
+Scenario scenario(const char* file) { return load_scenario(read_input(file, "scenarios", "SCENARIO")); }
+
+}  // namespace
+
+TEST_CASE("queues mirror the engine's: compute, copy, one per group kind; waits only across queues") {
+  for (const char* file : kCalibration) {
+    CAPTURE(file);
+    const Scenario s = scenario(file);
+    const StepGraph g = build_step_graph(s);
+    for (const Program& p : g.programs) {
+      const QueuePlan q = plan_queues(p);
+      REQUIRE(q.queue.size() == p.ops.size());
+      std::array<int64_t, kNumExecQueues> last{};
+      last.fill(-1);
+      int64_t num_waits = 0;
+      for (uint32_t i = 0; i < p.ops.size(); ++i) {
+        const Op& op = p.ops[i];
+        const int expect = op.stream == Stream::copy ? kCopyQueue
+                           : op.stream == Stream::comm && is_communication(op.kind) ? 2 + static_cast<int>(op.group)
+                                                                                     : kComputeQueue;
+        CHECK(q.queue[i] == expect);
+        CHECK(q.queue_pred[i] == last[static_cast<size_t>(expect)]);
+        last[static_cast<size_t>(expect)] = i;
+        // Every explicit dependency is either stream order (same queue, earlier) or a wait.
+        std::set<uint32_t> waits(q.waits[i].begin(), q.waits[i].end());
+        CHECK(waits.size() == q.waits[i].size());
+        for (uint32_t d : p.deps_of(op)) {
+          REQUIRE(d < i);
+          if (q.queue[d] == q.queue[i]) {
+            CHECK(waits.count(d) == 0);
+          } else {
+            CHECK(waits.count(d) == 1);
+          }
+        }
+        for (uint32_t w : q.waits[i]) CHECK(q.queue[w] != q.queue[i]);
+        num_waits += static_cast<int64_t>(q.waits[i].size());
+      }
+      int64_t total = 0;
+      for (int64_t n : q.num_ops) total += n;
+      CHECK(total == static_cast<int64_t>(p.ops.size()));
+      CHECK(num_waits > 0);  // swap copies and (2 GPUs) collectives cross queues
+      CHECK(q.num_ops[kCopyQueue] > 0);
+    }
+  }
+}
+
+TEST_CASE("buffer plan: every allocation has its free; program-order peak vs the engine's transient peak") {
+  for (const char* file : kCalibration) {
+    CAPTURE(file);
+    const Scenario s = scenario(file);
+    const StepGraph g = build_step_graph(s);
+    const Program& p = g.programs.front();
+    const BufferPlan b = plan_buffers(p);
+    size_t allocs = 0, frees = 0;
+    for (size_t i = 0; i < p.ops.size(); ++i) {
+      allocs += b.alloc_at_start[i].size();
+      frees += b.free_at_end[i].size();
+    }
+    CHECK(allocs == frees);
+    CHECK(allocs >= p.buffers.size());  // swapped buffers are allocated twice (forward, swap-in)
+    // Each buffer: allocations and frees alternate, starting with an allocation.
+    std::vector<int> state(p.buffers.size(), 0);
+    for (size_t i = 0; i < p.ops.size(); ++i) {
+      for (uint32_t x : b.alloc_at_start[i]) {
+        CHECK(state[x] == 0);
+        state[x] = 1;
+      }
+      for (uint32_t x : b.free_at_end[i]) {
+        CHECK(state[x] == 1);
+        state[x] = 0;
+      }
+    }
+    CHECK(std::all_of(state.begin(), state.end(), [](int v) { return v == 0; }));
+    // The engine's transient peak happens in simulated time order; the host issues allocations
+    // and frees in program order, which puts each free at its op's position in the program rather
+    // than at the op's end in time, and swap-ins and prefetches at their position rather than
+    // ahead: for these scenarios the program-order peak is lower (what cudaMallocAsync's
+    // used-memory watermark counts; docs/calibration/validation.md).
+    const CostModel cost(s.hardware);
+    Engine engine(g, cost);
+    EngineOptions eo;
+    eo.record_timeline = true;
+    const StepResult r = engine.run(eo);
+    const RankMemory& m = r.memory.front();
+    const double engine_transient = m.peak_hbm_bytes - m.allocator_reserve_bytes - m.persistent_bytes;
+    CAPTURE(engine_transient);
+    CAPTURE(b.peak_bytes);
+    CHECK(b.peak_bytes > 0);
+    CHECK(b.peak_bytes < engine_transient);
+    // Replaying the effects at the engine's op times gives the engine's peak back (the replay the
+    // executor applies to measured times).
+    std::vector<Picoseconds> starts(p.ops.size(), -1), ends(p.ops.size(), -1);
+    for (const ExecRecord& e : r.timeline.records) {
+      if (e.rank != 0) continue;
+      starts[e.op] = e.start;
+      ends[e.op] = e.end;
+    }
+    REQUIRE(std::none_of(starts.begin(), starts.end(), [](Picoseconds t) { return t < 0; }));
+    const auto samples = replay_memory(p, 0, m.persistent_bytes, starts, ends);
+    double peak = 0;
+    for (const MemorySample& x : samples) peak = std::max(peak, x.hbm_bytes);
+    CHECK(peak - m.persistent_bytes == doctest::Approx(engine_transient).epsilon(1e-9));
+    CHECK(samples.back().hbm_bytes == doctest::Approx(m.persistent_bytes).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("an unbalanced program is refused with the buffer's name") {
+  Program p;
+  ProgramWriter w(p);
+  const uint32_t buf = w.buffer(1024, MemCategory::activation, "x");
+  Op op;
+  op.kind = OpKind::elementwise;
+  const uint32_t i = w.add(op, "make_x");
+  w.effect(i, buf, MemAction::alloc);
+  CHECK_THROWS_WITH_AS(plan_buffers(p), doctest::Contains("buffer 'x' allocated by op 'make_x' is never freed"),
+                       BackendError);
+  const uint32_t j = w.add(op, "free_twice");
+  w.effect(j, buf, MemAction::free);
+  w.effect(j, buf, MemAction::free);
+  CHECK_THROWS_WITH_AS(plan_buffers(p), doctest::Contains("freed by op 'free_twice' but not in HBM"), BackendError);
+}
+
+TEST_CASE("every op of the calibration scenarios has a launch; arenas are sized by a dry run") {
+  for (const char* file : kCalibration) {
+    CAPTURE(file);
+    const Scenario s = scenario(file);
+    const StepGraph g = build_step_graph(s);
+    for (int64_t r = 0; r < g.plan.num_ranks(); ++r) {
+      const RoutingPlan routing = build_routing_plan(g, r, 0);
+      const ArenaSizes a = size_arenas(g, s.model, r, routing);
+      // The CCE loss reads the head's weight [vocab, hidden]: the input arena holds at least that.
+      CHECK(a.in >= static_cast<size_t>(s.model.vocab_size * s.model.hidden_size * 2));
+      CHECK(a.out[kComputeQueue] > 0);
+      CHECK(a.out[kCopyQueue] > 0);
+      if (g.plan.num_ranks() > 1) {
+        CHECK(a.out[2 + static_cast<int>(GroupKind::fsdp)] > 0);
+        CHECK(a.out[2 + static_cast<int>(GroupKind::ep)] > 0);
+      }
+      CHECK(pinned_bytes_needed(g.programs.front()) > 0);
+    }
+  }
+}
+
+TEST_CASE("an op kind without a kernel is an error naming the op and kind") {
+  const Scenario s = scenario(kCalibration[0]);
+  StepGraph g = build_step_graph(s);
+  Program& p = g.programs.front();
+  ProgramWriter w(p);
+  Op op;
+  op.kind = OpKind::kda_intra_chunk;
+  op.m = 8192;
+  w.add(op, "layer1.attn.kda_intra_chunk");
+  const RoutingPlan routing = build_routing_plan(g, 0, 0);
+  CHECK_THROWS_WITH_AS(size_arenas(g, s.model, 0, routing),
+                       doctest::Contains("no kernel for op 'layer1.attn.kda_intra_chunk' (kind kda_intra_chunk"),
+                       BackendError);
+}
+
+TEST_CASE("routing plan: EP2 send and receive counts match across ranks and give the engine's rows") {
+  const Scenario s = scenario(kCalibration[1]);
+  const StepGraph g = build_step_graph(s);
+  REQUIRE(g.plan.group_size(GroupKind::ep) == 2);
+  const RoutingPlan r0 = build_routing_plan(g, 0, 0), r1 = build_routing_plan(g, 1, 0);
+  REQUIRE(!r0.empty());
+  REQUIRE(r0.size() == r1.size());
+  const int64_t assignments = g.tokens_per_micro_batch * g.routing->top_k();
+  for (const auto& [key, a] : r0) {
+    const RoutingSlice& b = r1.at(key);
+    CHECK(a.send_rows[1] == b.recv_rows[0]);
+    CHECK(a.recv_rows[1] == b.send_rows[0]);
+    CHECK(a.send_rows[0] + a.send_rows[1] + b.send_rows[0] + b.send_rows[1] == 2 * assignments);
+    int64_t rows0 = 0, rows1 = 0;
+    for (int32_t v : a.rows_per_expert) rows0 += v;
+    for (int32_t v : b.rows_per_expert) rows1 += v;
+    CHECK(rows0 == a.recv_rows[0] + a.recv_rows[1]);
+    CHECK(rows1 == b.recv_rows[0] + b.recv_rows[1]);
+    // The engine's draw for the same (step, layer, micro, group).
+    std::vector<int64_t> recv(2), kept(2);
+    g.routing->sample_group_loads(0, key.first, key.second, 0, g.tokens_per_micro_batch, recv, kept);
+    CHECK(rows0 == recv[0]);
+    CHECK(rows1 == recv[1]);
+    CHECK(a.rows_per_expert.size() == 14);
+  }
+}
+
+TEST_CASE("replaying the engine's op times under the queue rules gives the engine's step back") {
+  for (const char* file : kCalibration) {
+    CAPTURE(file);
+    const Scenario s = scenario(file);
+    const StepGraph g = build_step_graph(s);
+    const CostModel cost(s.hardware);
+    Engine engine(g, cost);
+    EngineOptions eo;
+    eo.record_timeline = true;
+    eo.record_memory_ranks = 0;
+    const StepResult r = engine.run(eo);
+    const auto durations = op_durations(g, r.timeline);
+    const auto ends = replay_schedule(g, durations);
+    REQUIRE(ends.size() == r.rank_end.size());
+    for (size_t k = 0; k < ends.size(); ++k) CHECK(ends[k] == r.rank_end[k]);
+    // Longer ops can only make the step longer.
+    auto slower = durations;
+    for (auto& d : slower) {
+      for (auto& x : d) x = x * 11 / 10;
+    }
+    const auto later = replay_schedule(g, slower);
+    for (size_t k = 0; k < ends.size(); ++k) CHECK(later[k] >= ends[k]);
+  }
+}

@@ -1,0 +1,235 @@
+// SPDX-License-Identifier: MIT
+// Calibration tables (log-linear interpolation: exact at grid points, monotone between, clamped
+// outside), the calibration file reader's errors, and the cost model using a calibration file that
+// a hardware file names: a grid shape costs exactly the table's time.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "core/error.hpp"
+#include "cost/calibration.hpp"
+#include "cost/cost_model.hpp"
+
+using namespace moesim;
+using nlohmann::json;
+
+namespace {
+
+json sample_calibration() {
+  return json{
+      {"format", "moesim-calibration"},
+      {"version", 1},
+      {"provenance", {{"gpu", "test"}}},
+      {"kernels",
+       {{"gemm", {{"measure", "min_mnk"}, {"value", "flops_per_s"}, {"dtype", "bf16"},
+                  {"points", {{128, 200e12}, {1024, 600e12}, {8192, 780e12}}}}},
+        {"grouped_gemm", {{"measure", "rows_per_group"}, {"value", "flops_per_s"},
+                          {"points", {{64, 150e12}, {4096, 700e12}}}}},
+        {"memory", {{"measure", "bytes"}, {"value", "bytes_per_s"}, {"points", {{1e6, 1e12}, {1e9, 4e12}}}}}}},
+      {"host_copy",
+       {{"h2d", {{"measure", "bytes"}, {"value", "bytes_per_s"}, {"points", {{65536, 10e9}, {1073741824, 55e9}}}}},
+        {"d2h", {{"measure", "bytes"}, {"value", "bytes_per_s"}, {"points", {{65536, 9e9}, {1073741824, 54e9}}}}}}},
+      {"collectives",
+       {{"all_reduce", {{"2", {{"measure", "bytes"}, {"value", "busbw_bytes_per_s"},
+                               {"points", {{1048576, 22e9}, {1073741824, 330e9}}}}}}}}},
+  };
+}
+
+InputText text(const json& j, const std::string& name = "cal.json") { return InputText{name, j.dump(), false}; }
+
+// A copy of the shipped H200 hardware file naming `calibration`, both written to a fresh folder.
+HardwareSpec hardware_with(const json& calibration) {
+  const auto dir = std::filesystem::temp_directory_path() / ("moesim-cal-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "calibration");
+  json hw = json::parse(read_input("h200-hgx", "hardware", "HARDWARE").text);
+  hw["calibration"] = "calibration/test.json";
+  std::ofstream(dir / "h200-test.json") << hw.dump();
+  std::ofstream(dir / "calibration" / "test.json") << calibration.dump();
+  HardwareSpec spec = load_hardware(read_input((dir / "h200-test.json").string(), "hardware", "HARDWARE"));
+  std::filesystem::remove_all(dir);  // the spec holds the calibration's text
+  return spec;
+}
+
+Op gemm(int64_t m, int64_t n, int64_t k) {
+  Op op;
+  op.kind = OpKind::gemm;
+  op.dtype = Dtype::bf16;
+  op.m = m;
+  op.n = n;
+  op.k = k;
+  op.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  op.bytes_read = 2.0 * static_cast<double>(m * k + k * n);
+  op.bytes_written = 2.0 * static_cast<double>(m * n);
+  return op;
+}
+
+void expect_error(const json& j, const std::string& path, const std::string& fragment) {
+  try {
+    (void)load_calibration(text(j));
+    FAIL("no error for " << path);
+  } catch (const InputError& e) {
+    CHECK(e.file() == "cal.json");
+    CHECK(e.path() == path);
+    CHECK(e.message().find(fragment) != std::string::npos);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a table is exact at its grid points, monotone between them, and clamped outside") {
+  const CalibrationTable t({{1, 10}, {4, 30}, {16, 35}, {64, 36}});
+  for (const auto& [x, y] : t.points()) CHECK(t.at(x) == doctest::Approx(y).epsilon(1e-15));
+  CHECK(t.at(2) == doctest::Approx(20));  // the geometric midpoint is the arithmetic mean: linear in log x
+  double previous = t.at(1);
+  for (double x = 1; x <= 64; x *= 1.01) {
+    const double y = t.at(x);
+    CHECK(y >= previous);
+    previous = y;
+  }
+  CHECK(t.at(0.5) == 10);
+  CHECK(t.at(0) == 10);
+  CHECK(t.at(1e9) == 36);
+  // A falling table (bandwidth past a cache size) interpolates monotonically too.
+  const CalibrationTable down({{1, 9}, {10, 3}});
+  CHECK(down.at(3) < down.at(2));
+  CHECK(down.at(3) > 3);
+}
+
+TEST_CASE("the reader takes the tables it knows and names the file and JSON path of bad input") {
+  const Calibration c = load_calibration(text(sample_calibration()));
+  REQUIRE(c.gemm_flops_per_s);
+  CHECK(c.gemm_flops_per_s->points().size() == 3);
+  REQUIRE(c.collective(OpKind::all_reduce, 2) != nullptr);
+  CHECK(c.collective(OpKind::all_reduce, 4) == nullptr);
+  CHECK(c.collective(OpKind::all_gather, 2) == nullptr);
+
+  json j = sample_calibration();
+  j["version"] = 2;
+  expect_error(j, "/version", "unsupported version");
+  j = sample_calibration();
+  j["format"] = "something";
+  expect_error(j, "/format", "moesim-calibration");
+  j = sample_calibration();
+  j["kernels"]["gemm"]["points"][1][0] = 100;
+  expect_error(j, "/kernels/gemm/points/1/0", "increase strictly");
+  j = sample_calibration();
+  j["kernels"]["gemm"]["points"][2][1] = -1;
+  expect_error(j, "/kernels/gemm/points/2/1", "positive");
+  j = sample_calibration();
+  j["kernels"]["gemm"]["measure"] = "m";
+  expect_error(j, "/kernels/gemm/measure", "min_mnk");
+  j = sample_calibration();
+  j["kernels"]["attention"] = j["kernels"]["gemm"];
+  expect_error(j, "/kernels/attention", "unknown key");
+  j = sample_calibration();
+  j["collectives"]["all_reduce"]["two"] = j["collectives"]["all_reduce"]["2"];
+  expect_error(j, "/collectives/all_reduce/two", "integers >= 2");
+  j = sample_calibration();
+  j["collectives"]["broadcast"] = json::object();
+  expect_error(j, "/collectives/broadcast", "unknown collective");
+  j = sample_calibration();
+  j["colectives"] = json::object();
+  expect_error(j, "/colectives", "unknown key");
+}
+
+TEST_CASE("a hardware file with a calibration: grid shapes cost the table's time, the rest the curves") {
+  const json cal = sample_calibration();
+  const HardwareSpec hw = hardware_with(cal);
+  REQUIRE(hw.calibration_input);
+  const CostModel cost(hw);
+  REQUIRE(cost.calibration() != nullptr);
+  const double launch = hw.device.kernel_launch_overhead.value;
+
+  // GEMM at a grid point of min(m, n, k): flops / table value (compute-bound at this size).
+  const Op g = gemm(8192, 8192, 16384);  // min(m, n, k) = 8192, a grid point
+  CHECK(cost.kernel_seconds(g) == doctest::Approx(g.flops / 780e12 + launch));
+  const Op skinny = gemm(128, 7168, 7168);
+  CHECK(cost.kernel_seconds(skinny) == doctest::Approx(std::max(skinny.flops / 200e12, (skinny.bytes_read + skinny.bytes_written) /
+                                                                    cost.calibration()->memory_bytes_per_s->at(skinny.bytes_read + skinny.bytes_written)) +
+                                                       launch));
+  // Other dtypes keep the curve: FP8 is not in the (BF16) table.
+  Op fp8 = g;
+  fp8.dtype = Dtype::fp8;
+  const CostModel plain(load_hardware(read_input("h200-hgx", "hardware", "HARDWARE")));
+  CHECK(cost.kernel_seconds(fp8) == doctest::Approx(plain.kernel_seconds(fp8)));
+
+  Op grouped = gemm(14 * 4096, 6144, 3584);
+  grouped.kind = OpKind::grouped_gemm;
+  grouped.num_groups = 14;
+  CHECK(cost.kernel_seconds(grouped) == doctest::Approx(grouped.flops / 700e12 + launch));
+
+  Op norm;
+  norm.kind = OpKind::norm;
+  norm.bytes_read = 5e8;
+  norm.bytes_written = 5e8;
+  CHECK(cost.kernel_seconds(norm) == doctest::Approx(1e9 / 4e12 + launch));
+
+  Op swap;
+  swap.kind = OpKind::swap_in;
+  swap.comm_bytes = 1073741824;
+  CHECK(cost.kernel_seconds(swap) == doctest::Approx(1073741824 / 55e9));
+  swap.kind = OpKind::swap_out;
+  CHECK(cost.kernel_seconds(swap) == doctest::Approx(1073741824 / 54e9));
+
+  // All-reduce over 2 GPUs of one domain at a grid size: S / algbw = 2 (n - 1) / n * S / busbw.
+  const GroupPlacement two{2, 1, 2};
+  const double s = 1073741824;
+  CHECK(cost.collective(OpKind::all_reduce, s, two).seconds() == doctest::Approx(s / 330e9));
+  // The smallest size's time is the fixed (unshared) part; at or below that size it is all of it.
+  const double t0 = 1048576 / 22e9;
+  CHECK(cost.collective(OpKind::all_reduce, s, two).latency_s == doctest::Approx(t0));
+  const CollectiveCost tiny = cost.collective(OpKind::all_reduce, 65536, two);
+  CHECK(tiny.seconds() == doctest::Approx(tiny.latency_s));
+  CHECK(tiny.up_bytes == 0);
+  CHECK(tiny.latency_s == doctest::Approx(65536 / 22e9));  // clamped busbw below the grid
+  // Sizes between grid points are between the grid points' times per byte; a group size or kind
+  // the file did not measure keeps the model.
+  const double mid = cost.collective(OpKind::all_reduce, 32 << 20, two).seconds() / (32 << 20);
+  CHECK(mid < 1 / 22e9);
+  CHECK(mid > 1 / 330e9);
+  const GroupPlacement four{4, 1, 4};
+  CHECK(cost.collective(OpKind::all_reduce, s, four).seconds() ==
+        doctest::Approx(plain.collective(OpKind::all_reduce, s, four).seconds()));
+  CHECK(cost.collective(OpKind::all_gather, s, two).seconds() ==
+        doctest::Approx(plain.collective(OpKind::all_gather, s, two).seconds()));
+}
+
+TEST_CASE("a bad calibration file is an input error naming that file") {
+  json cal = sample_calibration();
+  cal["version"] = 7;
+  const HardwareSpec hw = hardware_with(cal);
+  try {
+    const CostModel cost(hw);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK(e.file().ends_with("calibration/test.json"));
+    CHECK(e.path() == "/version");
+  }
+}
+
+TEST_CASE("the shipped h200-x2 hardware file reads its calibration; a grid GEMM costs the measured time") {
+  for (const std::string ref : {"h200-x2", "hardware/h200-x2.json"}) {  // embedded and on disk
+    CAPTURE(ref);
+    const HardwareSpec hw = load_hardware(read_input(ref, "hardware", "HARDWARE"));
+    const CostModel cost(hw);
+    REQUIRE(cost.calibration() != nullptr);
+    REQUIRE(cost.calibration()->gemm_flops_per_s);
+    REQUIRE(cost.calibration()->collective(OpKind::all_to_all, 2) != nullptr);
+    // The file's own point at min(m, n, k) = 8192 (the 8192^3 GEMM), read here without the reader.
+    const json file = json::parse(read_input("hardware/calibration/h200.json", "hardware", "CAL").text);
+    double measured = 0;
+    for (const auto& p : file["kernels"]["gemm"]["points"]) {
+      if (p[0].get<double>() == 8192) measured = p[1].get<double>();
+    }
+    REQUIRE(measured > 0);
+    const Op g = gemm(8192, 8192, 8192);
+    CHECK(cost.kernel_seconds(g) == doctest::Approx(g.flops / measured + hw.device.kernel_launch_overhead.value));
+    CHECK(measured > 0.6 * 989e12);  // sanity: a large BF16 GEMM on an H200 runs at most of its peak
+    CHECK(measured < 989e12);
+  }
+}

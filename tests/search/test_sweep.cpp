@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: MIT
+// The sweep end to end in the library: every configuration accounted for once, outcomes that do
+// not depend on the number of threads, the evaluator's graph reuse, and outcomes surviving the
+// byte encoding that MPI gathers.
+#include <doctest/doctest.h>
+
+#include "search/sweep.hpp"
+#include "search/sweep_report.hpp"
+
+using namespace moesim;
+
+namespace {
+
+const SweepSpace& small() {
+  static const SweepSpace space(read_input("tests/data/sweep-small.json", "scenarios", "SCENARIO"));
+  return space;
+}
+
+struct Run {
+  std::vector<int64_t> order;
+  std::string csv;
+  std::string json;
+};
+
+Run run(int64_t threads) {
+  const SweepSpace& s = small();
+  auto dist = single_process();
+  SweepSummary summary(5, 3);
+  Run out;
+  SweepRunOptions o;
+  o.threads = threads;
+  o.consume = [&](const ConfigOutcome& c) {
+    out.order.push_back(c.index);
+    summary.add(c);
+    out.csv += sweep_csv_row(s, c);
+  };
+  run_sweep(s, o, *dist);
+  out.json = sweep_report_json(s, summary, SweepRunInfo{});
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("every configuration is consumed once, in index order") {
+  const Run r = run(2);
+  REQUIRE(static_cast<int64_t>(r.order.size()) == small().num_configs());
+  for (size_t i = 0; i < r.order.size(); ++i) CHECK(r.order[i] == static_cast<int64_t>(i));
+}
+
+TEST_CASE("the output does not depend on the number of threads") {
+  const Run one = run(1);
+  const Run two = run(2);
+  const Run three = run(3);
+  CHECK(one.csv == two.csv);
+  CHECK(one.csv == three.csv);
+  CHECK(one.json == two.json);
+  CHECK(one.json == three.json);
+}
+
+TEST_CASE("counts add up and each status has its evidence") {
+  const SweepSpace& s = small();
+  SweepSummary summary(100, 100);
+  ConfigEvaluator ev(s, true);
+  for (int64_t i = 0; i < s.num_configs(); ++i) {
+    const ConfigOutcome o = ev.evaluate(i);
+    CAPTURE(i);
+    switch (o.status) {
+      case ConfigStatus::rejected:
+        CHECK_FALSE(o.reason.empty());
+        break;
+      case ConfigStatus::pruned:
+        CHECK(o.memory_bound_bytes > s.base().hardware.device.hbm_capacity.value);
+        break;
+      case ConfigStatus::simulated:
+        CHECK(o.step_time_s > 0);
+        CHECK(o.peak_hbm_bytes >= o.memory_bound_bytes);
+        CHECK(o.mfu > 0);
+        CHECK(o.mfu <= 1);
+        break;
+    }
+    summary.add(o);
+  }
+  CHECK(summary.num_configs_total == s.num_configs());
+  CHECK(summary.num_configs_rejected + summary.num_configs_pruned + summary.num_configs_simulated == s.num_configs());
+  // The fixture is built to have all three (see its doc).
+  CHECK(summary.num_configs_rejected == 28);
+  CHECK(summary.num_configs_pruned == 8);
+  CHECK(summary.num_configs_simulated == 12);
+  int64_t by_path = 0;
+  for (const auto& [path, n] : summary.rejected_by_path) by_path += n;
+  CHECK(by_path == summary.num_configs_rejected);
+  CHECK(summary.rejected_by_path.at("/parallel") == 24);
+  CHECK(summary.rejected_by_path.at("/parallel/ep") == 4);
+  // Graphs are built once per structure: the trailing routing axis reuses them.
+  CHECK(ev.num_graphs_built() == summary.num_configs_simulated / 2);
+  // Every simulated configuration is ranked; the front only holds ones that fit.
+  CHECK(static_cast<int64_t>(summary.results().size()) == summary.num_configs_simulated);
+  for (const RankedPoint& p : summary.pareto()) CHECK(p.fits);
+  // With room for one example, every reason path still gets its first one.
+  SweepSummary one(1, 1);
+  for (int64_t i = 0; i < s.num_configs(); ++i) one.add(ev.evaluate(i));
+  REQUIRE(one.rejected.size() == 2);
+  CHECK(one.rejected[0].reason_path == "/parallel");
+  CHECK(one.rejected[1].reason_path == "/parallel/ep");
+  CHECK(one.rejected[0].index < one.rejected[1].index);
+}
+
+TEST_CASE("a reused graph gives the same outcome as a fresh evaluator") {
+  const SweepSpace& s = small();
+  ConfigEvaluator warm(s, true);
+  // Simulated configurations 24..35 (shard 8, replicate 1); evaluate them in order, then each
+  // one alone.
+  std::vector<ConfigOutcome> in_order;
+  for (int64_t i = 24; i < 36; ++i) in_order.push_back(warm.evaluate(i));
+  for (const ConfigOutcome& o : in_order) {
+    CAPTURE(o.index);
+    REQUIRE(o.status == ConfigStatus::simulated);
+    ConfigEvaluator fresh(s, true);
+    const ConfigOutcome f = fresh.evaluate(o.index);
+    CHECK(f.step_time_s == o.step_time_s);
+    CHECK(f.peak_hbm_bytes == o.peak_hbm_bytes);
+    CHECK(f.peak_ddr_bytes == o.peak_ddr_bytes);
+  }
+}
+
+TEST_CASE("outcomes survive the byte encoding") {
+  ConfigOutcome a;
+  a.index = 7;
+  a.status = ConfigStatus::rejected;
+  a.reason_path = "/parallel/ep";
+  a.reason = "f.json: /parallel/ep: must divide";
+  ConfigOutcome b;
+  b.index = 1234567890123;
+  b.status = ConfigStatus::simulated;
+  b.step_time_s = 1.0 / 3.0;
+  b.step_time_p99_s = 0.5;
+  b.tokens_per_s = 1e6;
+  b.mfu = 0.41;
+  b.peak_hbm_bytes = 7.5e10;
+  b.peak_ddr_bytes = 1e9;
+  b.memory_bound_bytes = 4e10;
+  b.fits = true;
+  const std::vector<ConfigOutcome> back = decode_outcomes(encode_outcomes({a, b}));
+  REQUIRE(back.size() == 2);
+  CHECK(back[0].index == 7);
+  CHECK(back[0].status == ConfigStatus::rejected);
+  CHECK(back[0].reason_path == a.reason_path);
+  CHECK(back[0].reason == a.reason);
+  CHECK(back[1].index == b.index);
+  CHECK(back[1].step_time_s == b.step_time_s);
+  CHECK(back[1].peak_hbm_bytes == b.peak_hbm_bytes);
+  CHECK(back[1].memory_bound_bytes == b.memory_bound_bytes);
+  CHECK(back[1].fits);
+  CHECK(decode_outcomes("").empty());
+  CHECK_THROWS(decode_outcomes(encode_outcomes({a}).substr(0, 5)));
+}

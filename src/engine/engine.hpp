@@ -85,6 +85,9 @@ struct StepResult {
   int64_t critical_path_length = 0;
 };
 
+// The engine keeps references to the graph and the cost model and indexes the graph's programs
+// once; each run reads the graph's routing sampler afresh, so the sampler may be replaced between
+// runs (a sweep over routing), but the programs and the plan must not change.
 class Engine {
  public:
   Engine(const StepGraph& graph, const CostModel& cost);

@@ -172,32 +172,14 @@ TEST_CASE("golden runs: step time and event fingerprint are pinned") {
     int64_t step_ps;
     uint64_t fingerprint;  // named as in fingerprint(): the event-sequence hash
   };
-  Plan dense;
-  dense.model = "llama-3.1-405b";
-  dense.devices = 16;
-  dense.tp = 8;
-  dense.shard = 2;
-  dense.global_batch = 4;
-  dense.seq = 2048;
-  dense.recompute = "full";
+  const Plan dense = test::dense_tp8();
   Plan moe;
   moe.ep = 8;
   moe.global_batch = 16;
   moe.seq = 2048;
   moe.recompute = "selective";
-  Plan k3;
-  k3.model = "kimi-k3-dsa";
-  k3.hardware = "supernode-128";
-  k3.devices = 128;
-  k3.shard = 128;
-  k3.ep = 64;
-  k3.global_batch = 128;
-  k3.seq = 1024;
-  k3.mode = "lora";
+  Plan k3 = test::k3_supernode();
   k3.lora_targets = R"(["q_proj", "o_proj", "shared_experts"])";
-  k3.recompute = "full";
-  k3.swap = true;
-  k3.fused = R"({"dsa": true, "kda": true, "permute_gemm": true})";
   k3.loss = R"({"kind": "cce", "vocab_chunk": 8192})";
   for (const Golden& gold : {Golden{"dense", dense, 13776281626701, 1817482190023393603ull},
                              Golden{"moe", moe, 329378072325, 4849667253068620815ull},
@@ -305,19 +287,7 @@ TEST_CASE("max-min sharing meets its definition in every reshare of whole steps"
   moe.seq = 2048;
   moe.recompute = "full";
   moe.swap = true;
-  Plan k3;
-  k3.model = "kimi-k3-dsa";
-  k3.hardware = "supernode-128";
-  k3.devices = 128;
-  k3.shard = 128;
-  k3.ep = 64;
-  k3.global_batch = 128;
-  k3.seq = 1024;
-  k3.mode = "lora";
-  k3.recompute = "full";
-  k3.swap = true;
-  k3.fused = R"({"dsa": true, "kda": true, "permute_gemm": true})";
-  for (const Plan& p : {moe, k3}) {
+  for (const Plan& p : {moe, test::k3_supernode()}) {
     Scenario s = test::scenario(p);
     s.hardware.device.host_memory.over_scale_up = true;
     SwitchTierSpec leaf{"leaf", 1, s.hardware.fabric.scale_up.port_bandwidth, Seconds{0}};

@@ -69,14 +69,7 @@ TEST_CASE("a straggler splits off itself and the ranks that share a group with i
 TEST_CASE("one representative per class gives the step of every rank when loads are equal") {
   // No routing (dense or EP 1), so every rank of a class has the same loads: the runs must agree
   // to the picosecond, with the same memory peaks.
-  Plan dense;
-  dense.model = "llama-3.1-405b";
-  dense.devices = 16;
-  dense.tp = 8;
-  dense.shard = 2;
-  dense.global_batch = 4;
-  dense.seq = 2048;
-  dense.recompute = "full";
+  const Plan dense = test::dense_tp8();
   Plan pipeline = dense;
   pipeline.tp = 4;
   pipeline.pp = 2;

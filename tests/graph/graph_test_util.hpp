@@ -36,6 +36,37 @@ struct Plan {
   bool overlap = true;
 };
 
+// The default scenario's plan at test size: LoRA on Kimi K3 (DSA) over one 128-device supernode,
+// FSDP2 128 + EP64, 1,024-token sequences, full recompute with swap, fused kernels.
+inline Plan k3_supernode() {
+  Plan p;
+  p.model = "kimi-k3-dsa";
+  p.hardware = "supernode-128";
+  p.devices = 128;
+  p.shard = 128;
+  p.ep = 64;
+  p.global_batch = 128;
+  p.seq = 1024;
+  p.mode = "lora";
+  p.recompute = "full";
+  p.swap = true;
+  p.fused = R"({"dsa": true, "kda": true, "permute_gemm": true})";
+  return p;
+}
+
+// A dense model under tensor parallelism: Llama-3.1-405B, TP8 x FSDP2 2, full recompute.
+inline Plan dense_tp8() {
+  Plan p;
+  p.model = "llama-3.1-405b";
+  p.devices = 16;
+  p.tp = 8;
+  p.shard = 2;
+  p.global_batch = 4;
+  p.seq = 2048;
+  p.recompute = "full";
+  return p;
+}
+
 inline Scenario scenario(const Plan& p) {
   std::string text = R"({"name": "t", "model": ")" + p.model + R"(", "hardware": ")" + p.hardware +
                      R"(", "num_devices": )" + std::to_string(p.devices) + R"(, "training": {"mode": ")" + p.mode + "\"";

@@ -67,6 +67,17 @@ def main(path):
         print(f"| {s['kernel']} | {s['seconds']*1e6:.1f} | {roof*1e6:.1f} | {roof/s['seconds']:.2f} |")
     print()
 
+    if "attention" in c:  # format version 2
+        print("### Attention kernels (the executor's launches at K3 per-rank heads; FLOP/s of the graph op's own flops)\n")
+        print("| op kind | phase | query rows (= sequence) | time (ms) | TFLOP/s | of 989 peak | max / min of the repeats |")
+        print("|---|---|---:|---:|---:|---:|---:|")
+        for kind, phases in c["attention"].items():
+            for phase, t in phases.items():
+                for s in t["samples"]:
+                    print(f"| {kind} | {phase} | {s['query_rows']} | {s['seconds']*1e3:.2f} | {s['flops_per_s']/1e12:.1f} | "
+                          f"{s['flops_per_s']/PEAK_FLOPS:.3f} | {s['max_seconds']/s['min_seconds']:.3f} |")
+        print()
+
     print("### Pinned host copies (one direction at a time)\n")
     print("| bytes | H2D GB/s | D2H GB/s |")
     print("|---:|---:|---:|")

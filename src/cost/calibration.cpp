@@ -28,11 +28,23 @@ const CalibrationTable* Calibration::collective(OpKind kind, int64_t n) const {
   return it == busbw.end() ? nullptr : &it->second;
 }
 
+const CalibrationTable* Calibration::attention_table(OpKind kind, Phase phase) const {
+  auto it = attention.find({kind, phase == Phase::bwd});
+  return it == attention.end() ? nullptr : &it->second;
+}
+
+bool is_calibrated_attention_kind(OpKind kind) {
+  return kind == OpKind::flash_attention || kind == OpKind::sparse_attention || kind == OpKind::dsa_indexer ||
+         kind == OpKind::indexer_score || kind == OpKind::kda;
+}
+
 namespace {
 
 using nlohmann::json;
 
-constexpr int kFormatVersion = 1;
+// Version 2 added the optional "attention" tables; version 1 files are still read.
+constexpr int kFormatVersion = 2;
+constexpr int kOldestVersion = 1;
 
 struct Reader {
   const std::string& file;
@@ -95,14 +107,19 @@ Calibration load_calibration(const InputText& input) {
   const json root = parse_json(input);
   const Reader r{input.name};
   r.object(root, "");
-  r.only_keys(root, "", {"format", "version", "provenance", "kernels", "other_kernels", "host_copy", "collectives"});
+  const bool v2 = root.contains("version") && root["version"].is_number_integer() && root["version"].get<int>() >= 2;
+  if (v2) {
+    r.only_keys(root, "", {"format", "version", "provenance", "kernels", "other_kernels", "host_copy", "collectives", "attention"});
+  } else {
+    r.only_keys(root, "", {"format", "version", "provenance", "kernels", "other_kernels", "host_copy", "collectives"});
+  }
   if (!root.contains("format") || root["format"] != "moesim-calibration") {
     r.fail("/format", "must be \"moesim-calibration\"");
   }
   if (!root.contains("version") || !root["version"].is_number_integer()) r.fail("/version", "must be an integer");
-  if (root["version"].get<int>() != kFormatVersion) {
-    r.fail("/version", "unsupported version " + root["version"].dump() + " (this moesim reads version " +
-                           std::to_string(kFormatVersion) + ")");
+  if (const int v = root["version"].get<int>(); v < kOldestVersion || v > kFormatVersion) {
+    r.fail("/version", "unsupported version " + root["version"].dump() + " (this moesim reads versions " +
+                           std::to_string(kOldestVersion) + " to " + std::to_string(kFormatVersion) + ")");
   }
   Calibration c;
   c.file = input.name;
@@ -142,6 +159,22 @@ Calibration load_calibration(const InputText& input) {
         }
         if (n < 2) r.fail(gp, "group sizes are integers >= 2");
         c.busbw[{*kind, n}] = r.table(t, gp, "bytes", "busbw_bytes_per_s");
+      }
+    }
+  }
+  if (root.contains("attention")) {
+    // {"KIND": {"forward": table, "backward": table}}: FLOP/s by query rows.
+    const json& att = r.object(root["attention"], "/attention");
+    for (const auto& [name, phases] : att.items()) {
+      const std::string path = pointer_append("/attention", name);
+      const auto kind = enum_from_name<OpKind>(name);
+      if (!kind || !is_calibrated_attention_kind(*kind)) {
+        r.fail(path, "unknown attention op kind (known: flash_attention, sparse_attention, dsa_indexer, indexer_score, kda)");
+      }
+      r.object(phases, path);
+      r.only_keys(phases, path, {"forward", "backward"});
+      for (const auto& [phase, t] : phases.items()) {
+        c.attention[{*kind, phase == "backward"}] = r.table(t, pointer_append(path, phase), "query_rows", "flops_per_s");
       }
     }
   }

@@ -41,10 +41,19 @@ struct Calibration {
   std::optional<CalibrationTable> h2d_bytes_per_s;           // pinned host -> device, by bytes
   std::optional<CalibrationTable> d2h_bytes_per_s;           // device -> pinned host, by bytes
   std::map<std::pair<OpKind, int64_t>, CalibrationTable> busbw;  // (collective, group size): busbw by nccl-tests size
+  // Version 2: attention kernels (flash_attention, sparse_attention, dsa_indexer, indexer_score,
+  // kda), FLOP/s of the op's own `flops` by query rows (op.m), per (kind, backward?): forward
+  // covers the fwd and recompute phases, backward the bwd phase.
+  std::map<std::pair<OpKind, bool>, CalibrationTable> attention;
 
   // The bus-bandwidth table of a collective over n ranks in one scale-up domain, or null.
   const CalibrationTable* collective(OpKind kind, int64_t n) const;
+  // The attention table of an op kind in a phase (bwd: backward; fwd, recompute: forward), or null.
+  const CalibrationTable* attention_table(OpKind kind, Phase phase) const;
 };
+
+// The op kinds an attention table may name (format version 2).
+bool is_calibrated_attention_kind(OpKind kind);
 
 // Reads and checks a calibration file; bad input throws InputError naming the file and JSON path.
 Calibration load_calibration(const InputText& input);

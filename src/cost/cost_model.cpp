@@ -80,6 +80,15 @@ double CostModel::kernel_seconds(const Op& op, double rows_scale) const {
   }
   const double flops = op.flops * rows_scale;
   const double bytes = (op.bytes_read + op.bytes_written) * rows_scale;
+  // Calibrated attention kernels (format version 2): the measured FLOP/s of this kind and phase
+  // at the op's query rows, for the op's own flops. The measurement is the whole kernel (its memory
+  // traffic included), so no roofline max with the memory term.
+  if (cal && op.dtype == Dtype::bf16 && flops > 0) {
+    if (const CalibrationTable* att = cal->attention_table(op.kind, op.phase)) {
+      const double rows = std::max(static_cast<double>(op.m) * rows_scale, 1.0);
+      return flops / att->at(rows) + d.kernel_launch_overhead.value;
+    }
+  }
   double t = 0;
   if (flops > 0) {
     // Calibrated BF16 GEMMs run at the measured FLOP/s for their size measure; the rest on the curve.

@@ -25,6 +25,9 @@
 // host-copy bandwidth by bytes, and the bus bandwidth of each collective over a group size it
 // measured within one scale-up domain (t = factor * S / busbw(S), latency included; the time of
 // the table's smallest size is the latency part, the rest the wire time links share).
+// Version 2 files may add attention tables (flash_attention, sparse_attention, dsa_indexer,
+// indexer_score, kda; forward and backward apart): t = flops / table(query rows) for BF16 ops of
+// that kind and phase, without the memory term (the measured kernel includes its traffic).
 #pragma once
 
 #include <cstdint>

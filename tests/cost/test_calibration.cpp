@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -109,7 +110,9 @@ TEST_CASE("the reader takes the tables it knows and names the file and JSON path
   CHECK(c.collective(OpKind::all_gather, 2) == nullptr);
 
   json j = sample_calibration();
-  j["version"] = 2;
+  j["version"] = 3;
+  expect_error(j, "/version", "unsupported version");
+  j["version"] = 0;
   expect_error(j, "/version", "unsupported version");
   j = sample_calibration();
   j["format"] = "something";
@@ -197,6 +200,93 @@ TEST_CASE("a hardware file with a calibration: grid shapes cost the table's time
         doctest::Approx(plain.collective(OpKind::all_reduce, s, four).seconds()));
   CHECK(cost.collective(OpKind::all_gather, s, two).seconds() ==
         doctest::Approx(plain.collective(OpKind::all_gather, s, two).seconds()));
+}
+
+namespace {
+
+// Version 2: attention tables by (kind, phase), FLOP/s by query rows.
+json attention_calibration() {
+  json j = sample_calibration();
+  j["version"] = 2;
+  const auto tab = [](double y0, double y1) {
+    return json{{"measure", "query_rows"}, {"value", "flops_per_s"}, {"dtype", "bf16"},
+                {"points", {{2048, y0}, {4096, 0.5 * (y0 + y1)}, {16384, y1}}}, {"samples", json::array()}};
+  };
+  j["attention"] = {{"sparse_attention", {{"forward", tab(40e12, 30e12)}, {"backward", tab(35e12, 25e12)}}},
+                    {"kda", {{"forward", tab(8e12, 9e12)}}}};
+  return j;
+}
+
+Op attention_op(OpKind kind, Phase phase, int64_t rows, double flops) {
+  Op op;
+  op.kind = kind;
+  op.phase = phase;
+  op.dtype = Dtype::bf16;
+  op.m = rows;
+  op.flops = flops;
+  op.bytes_read = 1e6;  // compute-bound on the curves, so uncovered ops compare with the plain model
+  op.bytes_written = 1e6;
+  return op;
+}
+
+}  // namespace
+
+TEST_CASE("version 2 attention tables: read, checked, and used per kind and phase by query rows") {
+  const Calibration c = load_calibration(text(attention_calibration()));
+  REQUIRE(c.attention_table(OpKind::sparse_attention, Phase::fwd) != nullptr);
+  CHECK(c.attention_table(OpKind::sparse_attention, Phase::recompute) == c.attention_table(OpKind::sparse_attention, Phase::fwd));
+  REQUIRE(c.attention_table(OpKind::sparse_attention, Phase::bwd) != nullptr);
+  CHECK(c.attention_table(OpKind::sparse_attention, Phase::bwd) != c.attention_table(OpKind::sparse_attention, Phase::fwd));
+  CHECK(c.attention_table(OpKind::kda, Phase::bwd) == nullptr);
+  CHECK(c.attention_table(OpKind::dsa_indexer, Phase::fwd) == nullptr);
+
+  // Version 1 files stay readable; "attention" is a version 2 key.
+  json j = sample_calibration();
+  j["attention"] = attention_calibration()["attention"];
+  expect_error(j, "/attention", "unknown key");
+  j = attention_calibration();
+  j["attention"]["norm"] = j["attention"]["kda"];
+  expect_error(j, "/attention/norm", "unknown attention op kind");
+  j = attention_calibration();
+  j["attention"]["kda"]["recompute"] = j["attention"]["kda"]["forward"];
+  expect_error(j, "/attention/kda/recompute", "unknown key");
+  j = attention_calibration();
+  j["attention"]["kda"]["forward"]["measure"] = "min_mnk";
+  expect_error(j, "/attention/kda/forward/measure", "query_rows");
+  j = attention_calibration();
+  j["attention"]["sparse_attention"]["backward"]["points"][2][1] = 0;
+  expect_error(j, "/attention/sparse_attention/backward/points/2/1", "positive");
+
+  const HardwareSpec hw = hardware_with(attention_calibration());
+  const CostModel cost(hw);
+  const CostModel plain(load_hardware(read_input("h200-hgx", "hardware", "HARDWARE")));
+  const double launch = hw.device.kernel_launch_overhead.value;
+  const double f = 3e12;
+  // Exact at grid points: forward (fwd and recompute) and backward tables apart.
+  for (const auto& [rows, fwd, bwd] : {std::tuple{2048, 40e12, 35e12}, std::tuple{4096, 35e12, 30e12}, std::tuple{16384, 30e12, 25e12}}) {
+    CAPTURE(rows);
+    CHECK(cost.kernel_seconds(attention_op(OpKind::sparse_attention, Phase::fwd, rows, f)) == doctest::Approx(f / fwd + launch));
+    CHECK(cost.kernel_seconds(attention_op(OpKind::sparse_attention, Phase::recompute, rows, f)) ==
+          doctest::Approx(f / fwd + launch));
+    CHECK(cost.kernel_seconds(attention_op(OpKind::sparse_attention, Phase::bwd, rows, f)) == doctest::Approx(f / bwd + launch));
+  }
+  // Clamped outside the grid; between grid points between their rates.
+  CHECK(cost.kernel_seconds(attention_op(OpKind::sparse_attention, Phase::fwd, 512, f)) == doctest::Approx(f / 40e12 + launch));
+  CHECK(cost.kernel_seconds(attention_op(OpKind::sparse_attention, Phase::bwd, 131072, f)) == doctest::Approx(f / 25e12 + launch));
+  const double mid = cost.kernel_seconds(attention_op(OpKind::sparse_attention, Phase::fwd, 8192, f)) - launch;
+  CHECK(mid > f / 35e12);
+  CHECK(mid < f / 30e12);
+  // rows_scale scales the flops and the query rows alike.
+  CHECK(cost.kernel_seconds(attention_op(OpKind::sparse_attention, Phase::fwd, 1024, f), 2.0) ==
+        doctest::Approx(2 * f / 40e12 + launch));
+  // What the file does not cover keeps the curves: another phase or kind, another dtype.
+  for (const Op& op : {attention_op(OpKind::kda, Phase::bwd, 4096, f), attention_op(OpKind::dsa_indexer, Phase::fwd, 4096, f)}) {
+    CHECK(cost.kernel_seconds(op) == doctest::Approx(plain.kernel_seconds(op)));
+  }
+  Op fp8 = attention_op(OpKind::sparse_attention, Phase::fwd, 4096, f);
+  fp8.dtype = Dtype::fp8;
+  CHECK(cost.kernel_seconds(fp8) == doctest::Approx(plain.kernel_seconds(fp8)));
+  CHECK(cost.kernel_seconds(attention_op(OpKind::kda, Phase::fwd, 4096, f)) == doctest::Approx(f / 8.5e12 + launch));
 }
 
 TEST_CASE("a bad calibration file is an input error naming that file") {

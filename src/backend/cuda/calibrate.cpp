@@ -8,6 +8,8 @@
 #include <ctime>
 #include <map>
 #include <numeric>
+#include <random>
+#include <set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -19,7 +21,12 @@
 #include "backend/cuda/host_copy.hpp"
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/nccl_group.hpp"
+#include "backend/cuda/op_kernels.hpp"
 #include "backend/cuda/timer.hpp"
+#include "core/json_input.hpp"
+#include "cost/calibration.hpp"
+#include "graph/step_graph.hpp"
+#include "scenario/scenario_spec.hpp"
 
 namespace moesim::cuda {
 namespace {
@@ -449,6 +456,110 @@ json bench_collectives(Context& cx, int num_gpus) {
   return out;
 }
 
+// Attention kernels through the executor's own launches (op_kernels.hpp, what `moesim run` and
+// `validate` issue), on the ops of a step graph, so that each measurement is divided by the very
+// `flops` the simulator charges for that op. The graph is the 1-GPU K3 slice scenario
+// (scenarios/calibration/k3-slice-1gpu.json: K3's per-rank attention heads at TP 1 - MLA 96 heads,
+// DSA indexer 64 x 128 top-2048 in BF16, KDA 96 x 128 chunk 64) with one micro-batch of one
+// sequence of each grid length. The grid leaves out 8192, the calibration scenarios' own length, so
+// `validate` checks the tables on a held-out shape. Forward kernels are timed on the fwd op (the
+// recompute op is the same launch), backward kernels on the bwd op.
+constexpr const char* kAttentionScenario = "scenarios/calibration/k3-slice-1gpu.json";
+
+json bench_attention(Context& cx) {
+  const std::vector<int64_t> seqs = cx.opt.quick ? std::vector<int64_t>{2048, 16384}
+                                                 : std::vector<int64_t>{2048, 4096, 16384, 32768};
+  // Each call is milliseconds to a second: fewer repeats than the small kernels.
+  const int warmup = cx.opt.quick ? 1 : 2;
+  const int repeats = cx.opt.quick ? 2 : 5;
+  const InputText base = read_input(kAttentionScenario, "scenarios", "SCENARIO");
+  std::map<std::pair<std::string, std::string>, std::map<double, std::vector<double>>> by_x;  // (kind, phase)
+  std::map<std::pair<std::string, std::string>, json> samples;
+  cx.summary += "\nAttention (executor launches)  kind               phase      seq   ms      TF/s\n";
+  for (int64_t seq : seqs) {
+    json sj = json::parse(base.text);
+    sj["batch"]["sequence_length"] = seq;
+    sj["batch"]["global_batch_size"] = 1;
+    sj["batch"]["micro_batch_size"] = 1;
+    const Scenario sc = load_scenario(InputText{base.name, sj.dump(), base.embedded});
+    const StepGraph g = build_step_graph(sc);
+    const Program& p = g.programs[static_cast<size_t>(g.plan.program_of(0))];
+    // Causal DSA keys as the executor's tables (executor.cpp build_tables): positions < k take
+    // keys 0..pos, later ones random earlier keys.
+    DeviceBuffer<int32_t> dsa_keys;
+    if (sc.model.dsa_indexer) {
+      const int64_t tokens = std::max<int64_t>(g.tokens_per_micro_batch, 1);
+      const int64_t s_len = std::max<int64_t>(1, std::min(g.seq_len, tokens));
+      const int64_t k = std::min(sc.model.dsa_indexer->top_k, s_len);
+      std::mt19937_64 rng(0x5eed);
+      std::vector<int32_t> keys(static_cast<size_t>(tokens * k));
+      for (int64_t r = 0; r < tokens; ++r) {
+        const int64_t pos = r % s_len;
+        for (int64_t j = 0; j < k; ++j) {
+          int32_t key = -1;
+          if (pos + 1 <= k) {
+            key = j <= pos ? static_cast<int32_t>(j) : -1;
+          } else {
+            key = static_cast<int32_t>(rng() % static_cast<uint64_t>(pos + 1));
+          }
+          keys[static_cast<size_t>(r * k + j)] = key;
+        }
+      }
+      dsa_keys = DeviceBuffer<int32_t>(keys.size());
+      dsa_keys.upload(keys);
+    }
+    std::set<std::pair<OpKind, bool>> done;
+    for (uint32_t i = 0; i < p.ops.size(); ++i) {
+      const Op& op = p.ops[i];
+      if (!is_calibrated_attention_kind(op.kind) || op.phase == Phase::recompute || op.phase == Phase::optimizer) continue;
+      const bool backward = op.phase == Phase::bwd;
+      if (!done.insert({op.kind, backward}).second) continue;
+      // Size the operands with a dry launch, then run the same launch live.
+      Arena dry_in, dry_out;
+      OpEnv env;
+      env.graph = &g;
+      env.model = &sc.model;
+      env.rank = 0;
+      env.dry = true;
+      env.in = &dry_in;
+      env.out = &dry_out;
+      launch_op(env, p, i);
+      DeviceBuffer<uint16_t> in_buf(dry_in.high_water() / 2 + 128), out_buf(dry_out.high_water() / 2 + 128);
+      fill_uniform(in_buf.data(), static_cast<int64_t>(in_buf.size()), 51, -1.0f, 1.0f, cx.stream);
+      fill_uniform(out_buf.data(), static_cast<int64_t>(out_buf.size()), 52, -1.0f, 1.0f, cx.stream);
+      Arena in(in_buf.data(), in_buf.bytes()), out(out_buf.data(), out_buf.bytes());
+      env.dry = false;
+      env.stream = cx.stream;
+      env.in = &in;
+      env.out = &out;
+      env.tables.dsa_keys = dsa_keys.data();
+      const Timing t = time_on_stream(cx.stream, warmup, repeats, [&](int) { launch_op(env, p, i); });
+      const std::string kind(enum_name(op.kind));
+      const std::string phase = backward ? "backward" : "forward";
+      const auto rows = static_cast<double>(op.m);
+      by_x[{kind, phase}][rows].push_back(op.flops / t.median_s);
+      samples[{kind, phase}].push_back({{"op", p.name_of(op)}, {"seq", seq}, {"query_rows", op.m},
+                         {"flops", op.flops}, {"seconds", t.median_s}, {"min_seconds", t.min_s},
+                         {"max_seconds", t.max_s}, {"flops_per_s", op.flops / t.median_s},
+                         {"operand_bytes", static_cast<double>(dry_in.high_water() + dry_out.high_water())}});
+      cx.summary += "                               " + kind + std::string(kind.size() < 19 ? 19 - kind.size() : 1, ' ') +
+                    phase + std::string(11 - phase.size(), ' ') +
+                    fmt("%5.0f  %7.2f  %6.1f\n", static_cast<double>(seq), t.median_s * 1e3, op.flops / t.median_s / 1e12);
+      cx.log(fmt("attention seq %.0f: ", static_cast<double>(seq)) + kind + " " + phase +
+             fmt(" %.2f ms, %.1f TFLOP/s", t.median_s * 1e3, op.flops / t.median_s / 1e12));
+    }
+    MOESIM_CUDA_CHECK(cudaStreamSynchronize(cx.stream));
+  }
+  json out = json::object();
+  for (const auto& [key, xs] : by_x) {
+    json tb = table("query_rows", "flops_per_s", xs);
+    tb["dtype"] = "bf16";
+    tb["samples"] = samples[key];
+    out[key.first][key.second] = tb;
+  }
+  return out;
+}
+
 // The NVIDIA kernel driver's version line (Linux), or empty.
 std::string kernel_driver() {
   std::FILE* f = std::fopen("/proc/driver/nvidia/version", "r");
@@ -494,13 +605,14 @@ CalibrationRun run_calibration(const CalibrateOptions& options) {
     other = bench_other(cx, gemm);
     host = bench_host_copy(cx);
   }
+  const json attention = bench_attention(cx);
   MOESIM_CUDA_CHECK(cudaStreamSynchronize(cx.stream));
   MOESIM_CUDA_CHECK(cudaStreamDestroy(cx.stream));
   const json collectives = bench_collectives(cx, num_gpus);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   json root = {
       {"format", "moesim-calibration"},
-      {"version", 1},
+      {"version", 2},
       {"provenance",
        {{"gpu", dev.name}, {"num_gpus", num_gpus}, {"sms", dev.num_sms}, {"memory_bytes", dev.memory_bytes},
         {"l2_bytes", dev.l2_bytes}, {"driver", dev.driver}, {"kernel_driver", kernel_driver()}, {"cuda_runtime", dev.runtime}, {"cublas", dev.cublas},
@@ -510,6 +622,7 @@ CalibrationRun run_calibration(const CalibrateOptions& options) {
       {"other_kernels", other},
       {"host_copy", host},
       {"collectives", collectives},
+      {"attention", attention},
   };
   CalibrationRun run;
   run.json = root.dump(1) + "\n";

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 // Calibration micro-benchmarks on the local GPUs: GEMMs over shape grids (each also against the
 // best of cuBLASLt's ranked algorithms), expert grouped GEMMs at realistic tokens per expert,
-// memory-bound kernels, pinned host copies, and NCCL collectives over sizes and group sizes
-// (algbw and busbw as nccl-tests defines them). The result is a calibration file in the format of
+// memory-bound kernels, pinned host copies, NCCL collectives over sizes and group sizes
+// (algbw and busbw as nccl-tests defines them), and the attention op kinds of a K3 step graph
+// (sparse attention, lightning indexer, KDA; forward and backward) launched through the executor's
+// launch_op at 2048-32768 tokens, as FLOP/s of each graph op's own flops. The result is a calibration file in the format of
 // docs/calibration/format.md, which src/cost/calibration.hpp reads.
 //
 // Timing: CUDA events after warm-up, the median of many repeats, inputs drawn from a pool much

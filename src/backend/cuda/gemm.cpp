@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 #include "backend/cuda/gemm.hpp"
 
+#include <cstring>
+#include <limits>
+
 #include "backend/cuda/check.hpp"
 
 namespace moesim::cuda {
@@ -9,6 +12,14 @@ struct Gemm::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A (our B), B (our A), C
   std::vector<cublasLtMatmulHeuristicResult_t> algos;
+  int chosen = -1;  // index into algos of the autotuned choice; -1 until tuned
+
+  // Tuned order (see the header): rank 0 is the choice, then the others in the heuristic's order.
+  size_t index_of_rank(int rank) const {
+    if (chosen < 0) return static_cast<size_t>(rank);
+    if (rank == 0) return static_cast<size_t>(chosen);
+    return static_cast<size_t>(rank - 1 + (rank - 1 >= chosen ? 1 : 0));
+  }
 
   ~Plan() {
     if (a) (void)cublasLtMatrixLayoutDestroy(a);
@@ -73,13 +84,115 @@ Gemm::Plan& Gemm::plan(const GemmShape& s) {
 
 int Gemm::num_algorithms(const GemmShape& s) { return static_cast<int>(plan(s).algos.size()); }
 
+int Gemm::chosen_heuristic_index(const GemmShape& s) {
+  const auto it = plans_.find(s.key());
+  return it == plans_.end() ? -1 : it->second->chosen;
+}
+
+cublasStatus_t Gemm::matmul(Plan& p, size_t heuristic_index, const void* a, const void* b, void* c, float alpha,
+                            float beta, cudaStream_t stream) {
+  return cublasLtMatmul(handle_, p.desc, &alpha, b, p.a, a, p.b, &beta, c, p.c, c, p.c, &p.algos[heuristic_index].algo,
+                        workspace_, workspace_bytes_, stream);
+}
+
+namespace {
+
+int64_t round_up_pow2(int64_t v) {
+  int64_t r = 1;
+  while (r < v) r <<= 1;
+  return r;
+}
+
+// Frees the CUDA events and the saved copy of C however tuning ends.
+struct TuneScratch {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  void* saved = nullptr;
+  ~TuneScratch() {
+    if (start) (void)cudaEventDestroy(start);
+    if (stop) (void)cudaEventDestroy(stop);
+    if (saved) (void)cudaFree(saved);
+  }
+};
+
+}  // namespace
+
+void Gemm::tune(Plan& p, const GemmShape& s, const void* a, const void* b, void* c, float alpha, float beta,
+                cudaStream_t stream, TuneKey key) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  MOESIM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) return;  // no timing inside a graph: heuristic's first, untuned
+
+  auto bucket_key = s.key();
+  if (key == TuneKey::rows_pow2) {
+    std::get<0>(bucket_key) = round_up_pow2(s.m);
+    const auto it = bucket_choice_.find(bucket_key);
+    if (it != bucket_choice_.end()) {
+      for (size_t i = 0; i < p.algos.size(); ++i) {
+        if (std::memcmp(&p.algos[i].algo, &it->second, sizeof(cublasLtMatmulAlgo_t)) == 0) {
+          p.chosen = static_cast<int>(i);
+          return;
+        }
+      }
+      // Not among this m's heuristic results: use it if cuBLASLt accepts it for the exact shape.
+      cublasLtMatmulHeuristicResult_t r{};
+      if (cublasLtMatmulAlgoCheck(handle_, p.desc, p.a, p.b, p.c, p.c, &it->second, &r) == CUBLAS_STATUS_SUCCESS &&
+          r.state == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= workspace_bytes_) {
+        r.algo = it->second;
+        p.algos.push_back(r);
+        p.chosen = static_cast<int>(p.algos.size() - 1);
+      } else {
+        p.chosen = 0;
+      }
+      return;
+    }
+  }
+
+  p.chosen = 0;
+  if (p.algos.size() > 1) {
+    constexpr int kWarmup = 2, kTimed = 5;
+    TuneScratch t;
+    const size_t c_bytes =
+        static_cast<size_t>(s.m) * static_cast<size_t>(s.n) * (s.out == OutType::bf16 ? sizeof(uint16_t) : sizeof(float));
+    if (beta != 0.0f) {  // the trial runs overwrite C, which this GEMM also reads
+      MOESIM_CUDA_CHECK(cudaMalloc(&t.saved, c_bytes));
+      MOESIM_CUDA_CHECK(cudaMemcpyAsync(t.saved, c, c_bytes, cudaMemcpyDeviceToDevice, stream));
+    }
+    MOESIM_CUDA_CHECK(cudaEventCreate(&t.start));
+    MOESIM_CUDA_CHECK(cudaEventCreate(&t.stop));
+    float best_ms = std::numeric_limits<float>::infinity();
+    int best = -1;
+    for (size_t i = 0; i < p.algos.size(); ++i) {
+      if (beta != 0.0f) MOESIM_CUDA_CHECK(cudaMemcpyAsync(c, t.saved, c_bytes, cudaMemcpyDeviceToDevice, stream));
+      bool ok = true;
+      for (int w = 0; w < kWarmup && ok; ++w) ok = matmul(p, i, a, b, c, alpha, beta, stream) == CUBLAS_STATUS_SUCCESS;
+      if (!ok) continue;  // an algorithm the heuristic ranks may still refuse the problem at run time
+      MOESIM_CUDA_CHECK(cudaEventRecord(t.start, stream));
+      for (int r = 0; r < kTimed && ok; ++r) ok = matmul(p, i, a, b, c, alpha, beta, stream) == CUBLAS_STATUS_SUCCESS;
+      MOESIM_CUDA_CHECK(cudaEventRecord(t.stop, stream));
+      MOESIM_CUDA_CHECK(cudaEventSynchronize(t.stop));
+      float ms = 0.0f;
+      MOESIM_CUDA_CHECK(cudaEventElapsedTime(&ms, t.start, t.stop));
+      if (ok && ms < best_ms) {
+        best_ms = ms;
+        best = static_cast<int>(i);
+      }
+    }
+    if (best >= 0) p.chosen = best;
+    if (beta != 0.0f) {
+      MOESIM_CUDA_CHECK(cudaMemcpyAsync(c, t.saved, c_bytes, cudaMemcpyDeviceToDevice, stream));
+      MOESIM_CUDA_CHECK(cudaStreamSynchronize(stream));  // before ~TuneScratch frees the copy
+    }
+  }
+  if (key == TuneKey::rows_pow2) bucket_choice_[bucket_key] = p.algos[static_cast<size_t>(p.chosen)].algo;
+}
+
 void Gemm::run(const GemmShape& s, const void* a, const void* b, void* c, float alpha, float beta, cudaStream_t stream,
-               int algo_rank) {
+               int algo_rank, TuneKey key) {
   Plan& p = plan(s);
+  if (p.chosen < 0) tune(p, s, a, b, c, alpha, beta, stream, key);
   if (algo_rank < 0 || algo_rank >= static_cast<int>(p.algos.size())) throw BackendError("Gemm: no such algorithm");
-  const auto& algo = p.algos[static_cast<size_t>(algo_rank)];
-  MOESIM_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, b, p.a, a, p.b, &beta, c, p.c, c, p.c, &algo.algo,
-                                     workspace_, workspace_bytes_, stream));
+  // The final run (after tuning, the one whose output the caller gets) uses the chosen algorithm.
+  MOESIM_CUBLAS_CHECK(matmul(p, p.index_of_rank(algo_rank), a, b, c, alpha, beta, stream));
 }
 
 void grouped_gemm(Gemm& gemm, std::span<const int32_t> rows, int64_t n, int64_t k, Trans tb, const uint16_t* a,
@@ -89,7 +202,8 @@ void grouped_gemm(Gemm& gemm, std::span<const int32_t> rows, int64_t n, int64_t 
     const int64_t m = rows[e];
     if (m > 0) {
       const GemmShape s{m, n, k, Trans::none, tb, OutType::bf16};
-      gemm.run(s, a + offset * k, b + static_cast<int64_t>(e) * b_stride, c + offset * n, 1.0f, 0.0f, stream);
+      gemm.run(s, a + offset * k, b + static_cast<int64_t>(e) * b_stride, c + offset * n, 1.0f, 0.0f, stream, 0,
+               Gemm::TuneKey::rows_pow2);
     }
     offset += m;
   }

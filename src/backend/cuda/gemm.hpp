@@ -5,6 +5,16 @@
 // column-major, so the call computes C^T = op(B)^T op(A)^T with the operands swapped.
 // Plans (descriptors and the heuristic's ranked algorithms) are cached per shape. Not thread-safe:
 // one Gemm per device and thread.
+//
+// Autotuning: the first run of a shape times every algorithm the heuristic offers (up to
+// kMaxAlgorithms; 2 warm-up + 5 timed runs each, CUDA events on the caller's stream and buffers)
+// and keeps the fastest for that shape; C is saved first when beta != 0 and rewritten by a final
+// run with the chosen algorithm, so the caller's result is the chosen algorithm's. On a stream
+// that is being captured into a CUDA graph nothing is timed: the heuristic's first choice runs and
+// nothing is cached. Grouped GEMMs (grouped_gemm) change their row counts every step, so their
+// choice is cached per shape with m rounded up to a power of two: the first m of a bucket is tuned,
+// later m in the bucket reuse that algorithm (when cuBLASLt accepts it for the exact shape; else
+// the heuristic's first for that m).
 #pragma once
 
 #include <cstdint>
@@ -40,22 +50,38 @@ class Gemm {
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
-  // Runs with the heuristic's `algo_rank`-th choice (0: its best guess, what production code uses).
+  // How the autotuned choice is cached: per exact shape, or (grouped GEMMs) per shape with m
+  // rounded up to a power of two.
+  enum class TuneKey : uint8_t { exact, rows_pow2 };
+
+  // Runs with the `algo_rank`-th algorithm of the tuned order: 0 is the backend's choice (the
+  // fastest measured on first use, what production code uses), 1 .. num_algorithms - 1 are the
+  // heuristic's other algorithms in the heuristic's order. So calibration can time every
+  // algorithm with ranks 0 .. num_algorithms - 1. Any rank tunes the shape first if needed.
   void run(const GemmShape& s, const void* a, const void* b, void* c, float alpha, float beta, cudaStream_t stream,
-           int algo_rank = 0);
+           int algo_rank = 0, TuneKey key = TuneKey::exact);
   // How many algorithms the heuristic offers for this shape (up to kMaxAlgorithms): calibration
   // times them all to find cuBLASLt's best on the shape.
   int num_algorithms(const GemmShape& s);
+  // The heuristic's index of the backend's choice for a shape already run (-1 if not tuned yet).
+  // The heuristic's first choice runs at rank 0 when this is 0, else at rank 1.
+  int chosen_heuristic_index(const GemmShape& s);
   static constexpr int kMaxAlgorithms = 8;
 
  private:
   struct Plan;
   Plan& plan(const GemmShape& s);
+  void tune(Plan& p, const GemmShape& s, const void* a, const void* b, void* c, float alpha, float beta,
+            cudaStream_t stream, TuneKey key);
+  cublasStatus_t matmul(Plan& p, size_t heuristic_index, const void* a, const void* b, void* c, float alpha,
+                        float beta, cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   std::map<decltype(GemmShape{}.key()), std::unique_ptr<Plan>> plans_;
+  // Grouped GEMMs' choices per shape with m rounded up to a power of two.
+  std::map<decltype(GemmShape{}.key()), cublasLtMatmulAlgo_t> bucket_choice_;
 };
 
 // Expert GEMMs over rows grouped by expert (permute_plan's order): for each expert e with

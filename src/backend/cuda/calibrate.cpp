@@ -484,27 +484,13 @@ json bench_attention(Context& cx) {
     const Scenario sc = load_scenario(InputText{base.name, sj.dump(), base.embedded});
     const StepGraph g = build_step_graph(sc);
     const Program& p = g.programs[static_cast<size_t>(g.plan.program_of(0))];
-    // Causal DSA keys as the executor's tables (executor.cpp build_tables): positions < k take
-    // keys 0..pos, later ones random earlier keys.
+    // Causal DSA keys as the executor's tables.
     DeviceBuffer<int32_t> dsa_keys;
     if (sc.model.dsa_indexer) {
       const int64_t tokens = std::max<int64_t>(g.tokens_per_micro_batch, 1);
       const int64_t s_len = std::max<int64_t>(1, std::min(g.seq_len, tokens));
       const int64_t k = std::min(sc.model.dsa_indexer->top_k, s_len);
-      std::mt19937_64 rng(0x5eed);
-      std::vector<int32_t> keys(static_cast<size_t>(tokens * k));
-      for (int64_t r = 0; r < tokens; ++r) {
-        const int64_t pos = r % s_len;
-        for (int64_t j = 0; j < k; ++j) {
-          int32_t key = -1;
-          if (pos + 1 <= k) {
-            key = j <= pos ? static_cast<int32_t>(j) : -1;
-          } else {
-            key = static_cast<int32_t>(rng() % static_cast<uint64_t>(pos + 1));
-          }
-          keys[static_cast<size_t>(r * k + j)] = key;
-        }
-      }
+      const std::vector<int32_t> keys = causal_dsa_keys(tokens, s_len, k, 0x5eed);
       dsa_keys = DeviceBuffer<int32_t>(keys.size());
       dsa_keys.upload(keys);
     }

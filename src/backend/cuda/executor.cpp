@@ -310,20 +310,7 @@ IndexTables build_tables(const StepGraph& g, const ModelSpec& m, int64_t rank, s
   if (m.dsa_indexer) {
     const int64_t seq = std::max<int64_t>(1, std::min(g.seq_len, tokens));
     const int64_t k = std::min(m.dsa_indexer->top_k, seq);
-    std::vector<int32_t> keys(static_cast<size_t>(tokens * k));
-    for (int64_t r = 0; r < tokens; ++r) {
-      const int64_t pos = r % seq;  // position in its sequence
-      for (int64_t j = 0; j < k; ++j) {
-        int32_t key = -1;
-        if (pos + 1 <= k) {
-          key = j <= pos ? static_cast<int32_t>(j) : -1;
-        } else {
-          key = static_cast<int32_t>(rng() % static_cast<uint64_t>(pos + 1));
-        }
-        keys[static_cast<size_t>(r * k + j)] = key;
-      }
-    }
-    t.dsa_keys = upload(keys, owned);
+    t.dsa_keys = upload(causal_dsa_keys(tokens, seq, k, rng()), owned);
   }
   std::vector<float> mix(64, 1.0f / 8);
   t.mix_weights = upload(mix, owned);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 
 #include "backend/cuda/attention/dsa.hpp"
@@ -724,6 +725,24 @@ class Launcher {
 };
 
 }  // namespace
+
+std::vector<int32_t> causal_dsa_keys(int64_t tokens, int64_t seq, int64_t k, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> keys(static_cast<size_t>(tokens * k));
+  for (int64_t r = 0; r < tokens; ++r) {
+    const int64_t pos = r % seq;  // position in its sequence
+    for (int64_t j = 0; j < k; ++j) {
+      int32_t key = -1;
+      if (pos + 1 <= k) {
+        key = j <= pos ? static_cast<int32_t>(j) : -1;
+      } else {
+        key = static_cast<int32_t>(rng() % static_cast<uint64_t>(pos + 1));
+      }
+      keys[static_cast<size_t>(r * k + j)] = key;
+    }
+  }
+  return keys;
+}
 
 void launch_op(OpEnv& env, const Program& p, uint32_t i) {
   env.in->reset();

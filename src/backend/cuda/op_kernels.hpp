@@ -121,6 +121,11 @@ struct OpEnv {
 // Issues op `i` of `p` (both arenas are reset first). Throws BackendError for an op without a kernel.
 void launch_op(OpEnv& env, const Program& p, uint32_t i);
 
+// Causal DSA key indices, `k` per token of `tokens` rows of sequences of length `seq`: a position
+// that has at most k earlier keys (itself included) takes keys 0..pos (the rest -1), later ones k
+// random earlier keys. What the sparse attention kernels read in place of the indexer's top-k.
+std::vector<int32_t> causal_dsa_keys(int64_t tokens, int64_t seq, int64_t k, uint64_t seed);
+
 // The pinned host bytes the swap copies of `p` need (the largest copy: copies share one scratch).
 size_t pinned_bytes_needed(const Program& p);
 

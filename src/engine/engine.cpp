@@ -118,9 +118,8 @@ struct Flow {
 // Routing of one MoE layer's micro-batch over one EP group, shared by its dispatch, combine and
 // their backward (the same tokens travel).
 struct RoutingSample {
-  std::vector<double> wire_assignments;  // per member: max(sent, received) off the rank
-  std::vector<double> received_rows;     // per member: assignments its experts process
-  double worst_wire_assignments = 0;
+  std::vector<double> received_rows;  // per member: assignments its experts process
+  double worst_wire_assignments = 0;  // the largest over members of max(sent, received) off the rank
 };
 
 // One simulated slot's MoE work in one layer and micro-batch (see Engine::Impl::load_of).
@@ -189,9 +188,9 @@ struct Engine::Impl {
   std::vector<std::vector<int32_t>> class_prefix;  // distinct mode: per class, its ranks among [0, r)
   std::optional<SwitchTiers> tiers;    // switch instances, numbered after the slots' ports
   // Switch instances and weights per unit of bandwidth of a transfer, by (first rank, last rank,
-  // members, direct, scale-out, first member slot): groups are arithmetic progressions of ranks,
-  // so the first, the last and the count name one.
-  std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool, int32_t>, std::pair<std::vector<int32_t>, std::vector<double>>>
+  // members, direct, scale-out): groups are arithmetic progressions of ranks, so the first, the
+  // last and the count name one (and, in distinct mode, the classes taking part).
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool>, std::pair<std::vector<int32_t>, std::vector<double>>>
       tier_links;
   int64_t num_slots = 0;
   StepResult result;
@@ -275,12 +274,11 @@ struct Engine::Impl {
     g.routing->sample_group_loads(opt.step, layer, micro, gid, g.tokens_per_micro_batch, received, kept);
     const double sent = static_cast<double>(g.tokens_per_micro_batch * g.routing->top_k());
     s.received_rows.resize(n);
-    s.wire_assignments.resize(n);
     for (size_t i = 0; i < n; ++i) {
       s.received_rows[i] = static_cast<double>(received[i]);
-      s.wire_assignments[i] = std::max(sent, static_cast<double>(received[i])) - static_cast<double>(kept[i]);
+      const double wire = std::max(sent, static_cast<double>(received[i])) - static_cast<double>(kept[i]);
+      s.worst_wire_assignments = std::max(s.worst_wire_assignments, wire);
     }
-    s.worst_wire_assignments = *std::max_element(s.wire_assignments.begin(), s.wire_assignments.end());
     return s;
   }
 
@@ -372,14 +370,8 @@ struct Engine::Impl {
       bytes = worst * (op.comm_bytes / assignments) * static_cast<double>(gp.size) / static_cast<double>(gp.size - 1);
     }
     const CollectiveCost c = cost.collective(op.kind, bytes, gp);
-    std::vector<int64_t> ranks;
-    if (distinct) {
-      ranks = g.plan.members(rank_of_slot(slot), op.group);
-    } else {
-      for (const auto& [s, i] : inst.members) ranks.push_back(s);
-      std::sort(ranks.begin(), ranks.end());  // arrival order; a group is known by its first and last rank
-    }
-    launch_flow(std::move(inst.members), c, t, gp.size > 1, ranks, op.kind == OpKind::all_to_all);
+    launch_flow(inst.members, c, t, gp.size > 1, Participants{rank_of_slot(slot), op.group, -1},
+                op.kind == OpKind::all_to_all);
     instances.erase({static_cast<int>(op.group), key, match});
   }
 
@@ -405,7 +397,7 @@ struct Engine::Impl {
     if (waiting.size() < 2) return;
     GroupPlacement gp{2, sender / domain_size == receiver / domain_size ? 1 : 2, 1};
     const CollectiveCost c = cost.collective(OpKind::send, op.comm_bytes, gp);
-    launch_flow(std::move(waiting), c, t, true, {std::min(sender, receiver), std::max(sender, receiver)}, true);
+    launch_flow(waiting, c, t, true, Participants{sender, op.group, receiver}, true);
     p2p_waiting.erase(key);
   }
 
@@ -456,11 +448,18 @@ struct Engine::Impl {
     return id;
   }
 
-  // A transfer among `ranks` (the whole group, also in distinct mode, where `members` holds one
-  // slot per class): one flow on every member slot's port and on the switch instances it crosses.
-  // `direct`: all-to-all or point-to-point traffic (else ring-like; see switch_tiers.hpp).
-  void launch_flow(std::vector<std::pair<int32_t, uint32_t>> members, const CollectiveCost& c, Picoseconds t,
-                   bool uses_fabric, const std::vector<int64_t>& ranks, bool direct) {
+  // Who takes part in a transfer: the whole group of `kind` around `rank` (also in distinct mode,
+  // where the flow's members are one slot per class), or the pair `rank`, `peer` of a send.
+  struct Participants {
+    int64_t rank;
+    GroupKind kind;
+    int64_t peer;  // -1: a collective
+  };
+
+  // One flow on every member slot's port and on the switch instances the participants' traffic
+  // crosses. `direct`: all-to-all or point-to-point traffic (else ring-like; see switch_tiers.hpp).
+  void launch_flow(const std::vector<std::pair<int32_t, uint32_t>>& members, const CollectiveCost& c, Picoseconds t,
+                   bool uses_fabric, const Participants& who, bool direct) {
     const uint32_t id = new_flow();
     Flow& f = flows[id];
     f.members.assign(members.begin(), members.end());
@@ -476,10 +475,13 @@ struct Engine::Impl {
       }
       // Which switch instances the flow crosses, and its share of each per unit of bandwidth,
       // depend only on who takes part: computed once per group and pattern.
-      const auto key = std::make_tuple(ranks.front(), ranks.back(), static_cast<int64_t>(ranks.size()), direct, scale_out,
-                                       f.members.front().first);
-      auto [it, inserted] = tier_links.try_emplace(key);
+      const bool pair = who.peer >= 0;
+      const int64_t n = pair ? 2 : g.plan.group_size(who.kind);
+      const int64_t first = pair ? std::min(who.rank, who.peer) : g.plan.member(who.rank, who.kind, 0);
+      const int64_t last = pair ? std::max(who.rank, who.peer) : g.plan.member(who.rank, who.kind, n - 1);
+      auto [it, inserted] = tier_links.try_emplace(std::make_tuple(first, last, n, direct, scale_out));
       if (inserted) {
+        const std::vector<int64_t> ranks = pair ? std::vector<int64_t>{first, last} : g.plan.members(who.rank, who.kind);
         std::function<double(int64_t, int64_t)> participants;
         if (distinct) {
           // Lockstep copies of this flow: every rank of its classes in the switch instance.
@@ -847,7 +849,6 @@ struct Engine::Impl {
         result.comm_busy.emplace_back(kind, v);
       } else {
         result.compute_busy.emplace_back(kind, v);
-        if (kind != OpKind::swap_in && kind != OpKind::swap_out) result.compute_busy_total += v;
       }
     }
     {

@@ -67,7 +67,6 @@ struct StepResult {
   int32_t slowest_rank = 0;
   // The slowest rank's busy time per queue and op kind (ps).
   std::vector<std::pair<OpKind, Picoseconds>> compute_busy;  // by kind
-  Picoseconds compute_busy_total = 0;
   std::vector<std::pair<OpKind, Picoseconds>> comm_busy;     // by kind, summed over the rank's queues
   // The slowest rank's compute stream, split: time running compute kernels, and every other
   // moment of the step by what held it (see Engine::Impl::exposed): a collective's kind

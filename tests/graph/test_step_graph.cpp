@@ -214,16 +214,8 @@ TEST_CASE("selective recompute re-runs exactly the dropped cheap ops, once") {
 }
 
 TEST_CASE("swap: every swapped buffer goes to host after forward and comes back before backward") {
-  Plan p;
-  p.model = "kimi-k3-dsa";
-  p.hardware = "supernode-128";
-  p.devices = 128;
-  p.shard = 128;
-  p.ep = 64;
-  p.global_batch = 128;
+  Plan p = test::k3_supernode();
   p.seq = 4096;
-  p.mode = "lora";
-  p.swap = true;
   p.recompute = "selective";
   p.fused = R"({"dsa": true, "kda": true})";
   const StepGraph g = build_step_graph(test::scenario(p));

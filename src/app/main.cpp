@@ -166,11 +166,11 @@ int main(int argc, char** argv) {
       Engine engine(graph, cost);
       const int64_t steps = opt.steps > 0 ? opt.steps : s.spec.routing.num_sampled_steps;
       std::vector<StepResult> results;
+      EngineOptions eo;
+      eo.distinct_ranks = opt.distinct_ranks;
+      eo.rank_speed = rank_speeds(s.spec);
       for (int64_t step = 0; step < steps; ++step) {
-        EngineOptions eo;
         eo.step = step;
-        eo.distinct_ranks = opt.distinct_ranks;
-        eo.rank_speed = rank_speeds(s.spec);
         eo.record_timeline = step == 0 && (!opt.trace.empty() || !opt.memory_csv.empty());
         results.push_back(engine.run(eo));
       }

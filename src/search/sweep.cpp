@@ -105,11 +105,11 @@ ConfigOutcome ConfigEvaluator::evaluate(int64_t index, const LoadedConfig& loade
   if (!st.engine) st.engine = std::make_unique<Engine>(*st.graph, *st.cost);
 
   std::vector<StepResult> steps;
+  EngineOptions eo;
+  eo.distinct_ranks = distinct_ranks_;
+  eo.rank_speed = rank_speeds(s.spec);  // the scenario's stragglers
   for (int64_t step = 0; step < s.spec.routing.num_sampled_steps; ++step) {
-    EngineOptions eo;
     eo.step = step;
-    eo.distinct_ranks = distinct_ranks_;
-    eo.rank_speed = rank_speeds(s.spec);  // the scenario's stragglers
     steps.push_back(st.engine->run(eo));
   }
   const StepReport r = make_step_report(s, *st.graph, st.stats, steps, 0.0);

@@ -3,6 +3,7 @@
 
 #include "engine/rank_classes.hpp"
 #include "engine/switch_tiers.hpp"
+#include "graph/queues.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -26,13 +27,6 @@ constexpr int kToHostPort = 2;
 constexpr int kToDevicePort = 3;
 constexpr int kPortsPerSlot = 4;
 
-// Queues: compute, copy, then one per process-group kind for communication.
-constexpr int kNumQueues = 2 + kNumGroupKinds;
-int queue_of(const Op& op) {
-  if (op.stream == Stream::copy) return 1;
-  if (op.stream == Stream::comm && is_communication(op.kind)) return 2 + static_cast<int>(op.group);
-  return 0;
-}
 
 std::string folded_name(const std::string& name);
 
@@ -715,7 +709,7 @@ struct Engine::Impl {
     Picoseconds cursor = 0;
     for (uint32_t i = 0; i < p.ops.size(); ++i) {
       const Op& op = p.ops[i];
-      if (queue_of(op) != 0) continue;
+      if (queue_of(op) != kComputeQueue) continue;
       if (st[i] > cursor) {
         int64_t blocker = -1;
         for (uint32_t d : p.deps_of(op)) {

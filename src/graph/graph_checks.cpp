@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "graph/graph_checks.hpp"
 
+#include "graph/queues.hpp"
+
 #include <array>
 #include <map>
 #include <tuple>
@@ -65,6 +67,28 @@ std::vector<std::string> check_memory_balance(const Program& p) {
   for (size_t b = 0; b < state.size(); ++b) {
     if (state[b] == State::device || state[b] == State::host) {
       if (errors.size() < 20) errors.push_back("buffer " + p.names[p.buffers[b].name] + " is never freed");
+    }
+  }
+  return errors;
+}
+
+std::vector<std::string> check_memory_order(const Program& p) {
+  const std::vector<QueueClock> clock = ordering_clocks(p);
+  const std::vector<int32_t> place = queue_places(p);
+  std::vector<int64_t> last(p.buffers.size(), -1);  // op of each buffer's latest effect
+  std::vector<std::string> errors;
+  for (uint32_t i = 0; i < p.ops.size(); ++i) {
+    const Op& op = p.ops[i];
+    for (const MemEffect& e : p.effects_of(op)) {
+      const int64_t prev = last[e.buffer];
+      last[e.buffer] = i;
+      if (prev < 0 || prev == i) continue;
+      const Op& before = p.ops[static_cast<size_t>(prev)];
+      if (clock[i][static_cast<size_t>(queue_of(before))] >= place[static_cast<size_t>(prev)]) continue;
+      if (errors.size() < 20) {
+        errors.push_back(p.name_of(op) + ": buffer " + p.names[p.buffers[e.buffer].name] + " " +
+                         std::string(enum_name(e.action)) + " is not ordered after " + p.name_of(before));
+      }
     }
   }
   return errors;

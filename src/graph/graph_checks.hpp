@@ -15,6 +15,10 @@ std::vector<std::string> check_acyclic(const Program& program);
 // Every buffer is allocated once, moved between tiers only while allocated, and freed once; none
 // is alive at the end of the step.
 std::vector<std::string> check_memory_balance(const Program& program);
+// Each memory effect on a buffer happens after the previous one: its op is ordered after the
+// previous effect's op by queue order and dependencies (an allocator may otherwise release a
+// buffer before it exists, and the engine would free it before it is allocated).
+std::vector<std::string> check_memory_order(const Program& program);
 // Point-to-point messages pair up: what a rank sends to a peer, the peer receives, in order and
 // size (pipeline stages across programs, context-parallel state within one).
 std::vector<std::string> check_p2p_matching(const StepGraph& graph);

@@ -50,7 +50,7 @@ void tp_statistics(ProgramWriter& w, const LayerContext& c, const TapePolicy& po
   ar.stream = policy.comm_on_compute_stream ? Stream::compute : Stream::comm;
   ar.comm_bytes = static_cast<double>(rows) * 2 * 4.0;  // max and sum of exp, fp32
   const uint32_t i = w.add(ar, "loss.tp_softmax_stats");
-  if (w.program().ops[i].stream != w.program().ops[after].stream) w.depend(i, after);
+  w.order_after(i, after);
 }
 
 }  // namespace
@@ -61,7 +61,7 @@ LossState emit_loss_forward(ProgramWriter& w, const LayerContext& c, const TapeP
   const LossKind kind = c.scenario->loss.kind;
   LossState st{x_buffer, x_producer, {}, 0};
   auto depend_on_x = [&](uint32_t op) {
-    if (w.program().ops[op].stream != w.program().ops[x_producer].stream) w.depend(op, x_producer);
+    w.order_after(op, x_producer);
   };
   const TensorDesc x_desc{{s.tokens, s.d, 0, 0}, c.act};
   if (kind == LossKind::full) {

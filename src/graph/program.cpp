@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "graph/program.hpp"
 
+#include "graph/queues.hpp"
+
 #include <cassert>
 
 namespace moesim {
@@ -31,6 +33,14 @@ void ProgramWriter::depend(uint32_t op, uint32_t on) {
   assert(op == last() && on < op);
   p_.deps.push_back(on);
   ++p_.ops[op].num_deps;
+}
+
+void ProgramWriter::order_after(uint32_t op, uint32_t on) {
+  if (queue_of(p_.ops[op]) == queue_of(p_.ops[on])) return;
+  for (uint32_t d : p_.deps_of(p_.ops[op])) {
+    if (d == on) return;
+  }
+  depend(op, on);
 }
 
 void ProgramWriter::effect(uint32_t op, uint32_t buffer, MemAction action) {

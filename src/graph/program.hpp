@@ -61,6 +61,9 @@ class ProgramWriter {
   uint32_t add(Op op, std::string_view name, std::span<const TensorDesc> inputs = {},
                std::span<const TensorDesc> outputs = {});
   void depend(uint32_t op, uint32_t on);  // op must be the last one added
+  // Orders `op` (the last one added) after `on`: a dependency unless both run on one queue (whose
+  // order already does it) or `op` has it already.
+  void order_after(uint32_t op, uint32_t on);
   void effect(uint32_t op, uint32_t buffer, MemAction action);  // op must be the last one added
   uint32_t buffer(double bytes, MemCategory category, std::string_view name);
   uint32_t last() const { return static_cast<uint32_t>(p_.ops.size() - 1); }

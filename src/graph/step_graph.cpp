@@ -222,7 +222,7 @@ class StepBuilder {
       op.micro = micro;
       op.comm_bytes = params * bytes;
       const uint32_t i = w.add(op, unit_name(layer) + ".fsdp_all_gather." + what);
-      if (after >= 0 && w.program().ops[static_cast<size_t>(after)].stream != op.stream) w.depend(i, static_cast<uint32_t>(after));
+      if (after >= 0) w.order_after(i, static_cast<uint32_t>(after));
       const uint32_t b = w.buffer(params * bytes, MemCategory::gathered_params, unit_name(layer) + ".gathered." + what);
       w.effect(i, b, MemAction::alloc);
       ops.push_back(i);
@@ -261,13 +261,15 @@ class StepBuilder {
     return out;
   }
 
-  // Gradient reduction of a unit after its backward: reduce-scatter over the shard group, then
-  // all-reduce over replicate groups (HSDP), or all-reduce alone (DDP).
-  int64_t reduce(ProgramWriter& w, int64_t layer, int32_t micro, uint32_t after, const std::vector<uint32_t>& buffers) {
+  // Gradient reduction of a unit after its backward: per part, reduce-scatter over its shard
+  // group, then all-reduce over replicate groups (HSDP), or all-reduce alone (DDP). The parts run
+  // on the queues of their groups, each after the backward. Returns each part's last op.
+  std::vector<uint32_t> reduce(ProgramWriter& w, int64_t layer, int32_t micro, uint32_t after,
+                               const std::vector<uint32_t>& buffers) {
     const double bytes = dtype_bytes(spec_.training.precision.grad_reduce);
-    int64_t last = -1;
+    std::vector<uint32_t> lasts;
     size_t next_buffer = 0;
-    auto one = [&](OpKind kind, GroupKind group, double elements, const std::string& what, bool frees) {
+    auto one = [&](OpKind kind, GroupKind group, double elements, const std::string& what, uint32_t dep, bool frees) {
       Op op;
       op.kind = kind;
       op.phase = Phase::bwd;
@@ -277,26 +279,29 @@ class StepBuilder {
       op.micro = micro;
       op.comm_bytes = elements * bytes;
       const uint32_t i = w.add(op, unit_name(layer) + "." + what);
-      const uint32_t dep = last >= 0 ? static_cast<uint32_t>(last) : after;
-      if (w.program().ops[dep].stream != op.stream) w.depend(i, dep);
+      w.order_after(i, dep);
       if (frees) w.effect(i, buffers[next_buffer++], MemAction::free);
-      last = i;
+      return i;
     };
     const int64_t rep = plan_.group_size(GroupKind::replicate);
     for (const Part& part : parts(units_.at(layer))) {
       if (!needs_reduction(part)) continue;
       const int64_t shards = plan_.group_size(part.shard_group);
+      uint32_t last = 0;
       if (shards > 1) {
-        one(OpKind::reduce_scatter, part.shard_group, part.trainable, std::string("fsdp_reduce_scatter.") + part.name, true);
+        last = one(OpKind::reduce_scatter, part.shard_group, part.trainable, std::string("fsdp_reduce_scatter.") + part.name,
+                   after, true);
         if (rep > 1) {
-          one(OpKind::all_reduce, GroupKind::replicate, part.trainable / static_cast<double>(shards),
-              std::string("hsdp_all_reduce.") + part.name, false);
+          last = one(OpKind::all_reduce, GroupKind::replicate, part.trainable / static_cast<double>(shards),
+                     std::string("hsdp_all_reduce.") + part.name, last, false);
         }
       } else {
-        one(OpKind::all_reduce, GroupKind::replicate, part.trainable, std::string("ddp_all_reduce.") + part.name, true);
+        last = one(OpKind::all_reduce, GroupKind::replicate, part.trainable, std::string("ddp_all_reduce.") + part.name,
+                   after, true);
       }
+      lasts.push_back(last);
     }
-    return last;
+    return lasts;
   }
 
   std::string unit_name(int64_t layer) const {
@@ -337,9 +342,7 @@ class StepBuilder {
   void send_away(ProgramWriter& w, int64_t offset, int64_t micro, int64_t layer, Phase phase, double bytes,
                  const std::string& name, Boundary what) {
     const uint32_t s = p2p(w, OpKind::send, offset, micro, layer, phase, bytes, name);
-    if (w.program().ops[static_cast<size_t>(what.producer)].stream != w.program().ops[s].stream) {
-      w.depend(s, static_cast<uint32_t>(what.producer));
-    }
+    w.order_after(s, static_cast<uint32_t>(what.producer));
     w.effect(s, what.buffer, MemAction::free);
   }
 
@@ -456,9 +459,7 @@ class StepBuilder {
     op.layer = 0;
     op.micro = static_cast<int32_t>(micro);
     const uint32_t i = w.add(op, "embedding.release");
-    if (grad.producer >= 0 && w.program().ops[static_cast<size_t>(grad.producer)].stream != Stream::compute) {
-      w.depend(i, static_cast<uint32_t>(grad.producer));
-    }
+    if (grad.producer >= 0) w.order_after(i, static_cast<uint32_t>(grad.producer));
     w.effect(i, grad.buffer, MemAction::free);
     for (int64_t b : st.buffer) {
       if (b >= 0 && static_cast<uint32_t>(b) != st.output_buffer) w.effect(i, static_cast<uint32_t>(b), MemAction::free);
@@ -482,8 +483,8 @@ class StepBuilder {
     TapeState& st = states_.at({micro, layer});
     const BackwardResult r = emit_backward(w, tape, policy_for(layer), sc, st, grad_out.buffer, grad_out.producer, anchor);
     first_bwd_op_[layer] = r.first_compute_op;
-    const int64_t reduced = reduce(w, layer, static_cast<int32_t>(micro), r.last_op, grads);
-    if (reduced >= 0) last_reduce_[layer] = reduced;
+    std::vector<uint32_t> reduced = reduce(w, layer, static_cast<int32_t>(micro), r.last_op, grads);
+    if (!reduced.empty()) last_reduce_[layer] = std::move(reduced);
     states_.erase({micro, layer});
     return Boundary{r.input_grad_buffer, r.input_grad_producer};
   }
@@ -511,9 +512,8 @@ class StepBuilder {
       op.bytes_read = trainable * per_param;
       op.bytes_written = trainable * (dtype_bytes(prec.master_params) + states * dtype_bytes(prec.optimizer_states));
       const uint32_t i = w.add(op, unit_name(layer) + ".adamw");
-      auto it = last_reduce_.find(layer);
-      if (it != last_reduce_.end() && w.program().ops[static_cast<size_t>(it->second)].stream != Stream::compute) {
-        w.depend(i, static_cast<uint32_t>(it->second));
+      if (auto it = last_reduce_.find(layer); it != last_reduce_.end()) {
+        for (uint32_t r : it->second) w.order_after(i, r);
       }
     }
   }
@@ -531,7 +531,7 @@ class StepBuilder {
   std::map<int64_t, LossState> loss_;
   std::map<int64_t, uint32_t> first_fwd_op_;
   std::map<int64_t, uint32_t> first_bwd_op_;
-  std::map<int64_t, int64_t> last_reduce_;
+  std::map<int64_t, std::vector<uint32_t>> last_reduce_;  // per layer, each gradient part's last reduction
   int64_t pass_start_ = 0;  // first op index of the forward or backward being emitted
 };
 

@@ -125,16 +125,9 @@ std::vector<TensorDesc> descs(const LayerTape& tape, const std::vector<int>& ids
   return out;
 }
 
-// Adds a dependency of the last op on `producer` when it runs on another stream (same-stream
-// order is implicit). Duplicates are harmless but avoided.
-void depend_across_streams(ProgramWriter& w, uint32_t op, int64_t producer) {
-  if (producer < 0) return;
-  Program& p = w.program();
-  if (p.ops[static_cast<size_t>(producer)].stream == p.ops[op].stream) return;
-  for (uint32_t d : p.deps_of(p.ops[op])) {
-    if (d == static_cast<uint32_t>(producer)) return;
-  }
-  w.depend(op, static_cast<uint32_t>(producer));
+// Orders the last op after `producer` (when there is one).
+void order_after_producer(ProgramWriter& w, uint32_t op, int64_t producer) {
+  if (producer >= 0) w.order_after(op, static_cast<uint32_t>(producer));
 }
 
 // A swap copy of one tensor on the copy stream.
@@ -194,7 +187,7 @@ TapeState emit_forward(ProgramWriter& w, const LayerTape& tape, const TapePolicy
       for (uint32_t b : scope.alloc_at_start) w.effect(idx, b, MemAction::alloc);
       first = false;
     }
-    for (int t : e.inputs) depend_across_streams(w, idx, s.producer[static_cast<size_t>(t)]);
+    for (int t : e.inputs) order_after_producer(w, idx, s.producer[static_cast<size_t>(t)]);
     for (int t : e.outputs) {
       const auto& tt = ts[static_cast<size_t>(t)];
       const uint32_t b = w.buffer(tt.desc.bytes(), MemCategory::activation, scope.prefix + tt.name);
@@ -279,7 +272,7 @@ BackwardResult emit_backward(ProgramWriter& w, const LayerTape& tape, const Tape
     const TapeOp& e = ops[static_cast<size_t>(i)];
     const uint32_t idx = emit_op(w, tape, e, Phase::recompute, policy, scope);
     on_emit(idx, true);
-    for (int t : e.inputs) depend_across_streams(w, idx, s.producer[static_cast<size_t>(t)]);
+    for (int t : e.inputs) order_after_producer(w, idx, s.producer[static_cast<size_t>(t)]);
     for (int t : e.outputs) {
       const auto& tt = ts[static_cast<size_t>(t)];
       const uint32_t b = w.buffer(tt.desc.bytes(), MemCategory::activation, scope.prefix + "recompute." + tt.name);
@@ -340,7 +333,7 @@ BackwardResult emit_backward(ProgramWriter& w, const LayerTape& tape, const Tape
       const uint32_t ar = w.add(reduce, scope.prefix + e.name + ".grad_all_reduce", g, g);
       on_emit(ar, true);
       for (int t : e.outputs) {
-        depend_across_streams(w, ar, grad_producer[static_cast<size_t>(t)]);
+        order_after_producer(w, ar, grad_producer[static_cast<size_t>(t)]);
         grad_producer[static_cast<size_t>(t)] = ar;
       }
     }
@@ -362,8 +355,8 @@ BackwardResult emit_backward(ProgramWriter& w, const LayerTape& tape, const Tape
       for (uint32_t b : scope.alloc_at_start) w.effect(idx, b, MemAction::alloc);
       first_bwd = false;
     }
-    for (int t : e.bwd_needs) depend_across_streams(w, idx, s.producer[static_cast<size_t>(t)]);
-    for (int t : e.outputs) depend_across_streams(w, idx, grad_producer[static_cast<size_t>(t)]);
+    for (int t : e.bwd_needs) order_after_producer(w, idx, s.producer[static_cast<size_t>(t)]);
+    for (int t : e.outputs) order_after_producer(w, idx, grad_producer[static_cast<size_t>(t)]);
     // Gradients of the inputs: allocated by their first backward consumer, accumulated by others.
     for (int t : e.inputs) {
       const auto ut = static_cast<size_t>(t);
@@ -372,7 +365,7 @@ BackwardResult emit_backward(ProgramWriter& w, const LayerTape& tape, const Tape
         grad_buffer[ut] = w.buffer(ts[ut].desc.bytes(), MemCategory::gradient, scope.prefix + "grad." + ts[ut].name);
         w.effect(idx, static_cast<uint32_t>(grad_buffer[ut]), MemAction::alloc);
       } else {
-        depend_across_streams(w, idx, grad_producer[ut]);
+        order_after_producer(w, idx, grad_producer[ut]);
       }
       grad_producer[ut] = idx;
     }

@@ -20,6 +20,8 @@ void check_invariants(const StepGraph& g) {
     CHECK(check_acyclic(p).empty());
     const auto memory = check_memory_balance(p);
     CHECK_MESSAGE(memory.empty(), (memory.empty() ? "" : memory.front()));
+    const auto order = check_memory_order(p);
+    CHECK_MESSAGE(order.empty(), (order.empty() ? "" : order.front()));
   }
   const auto p2p = check_p2p_matching(g);
   CHECK_MESSAGE(p2p.empty(), (p2p.empty() ? "" : p2p.front()));

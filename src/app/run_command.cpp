@@ -86,11 +86,11 @@ nlohmann::json rank_json(const cuda::RankRun& k) {
   return {{"rank", k.rank},
           {"device", k.device_name},
           {"end_s", static_cast<double>(k.end) * 1e-12},
-          {"measured_peak_bytes", k.measured_peak_bytes()},
+          {"device_bytes", k.device_bytes},
           {"persistent_bytes", k.persistent_bytes},
-          {"pool_used_high_bytes", k.pool_used_high_bytes},
-          {"pool_reserved_high_bytes", k.pool_reserved_high_bytes},
-          {"bookkeeping_peak_bytes", k.bookkeeping_peak_bytes},
+          {"slab_bytes", k.slab_bytes},
+          {"slab_waits", k.slab_waits},
+          {"program_order_peak_bytes", k.program_order_peak_bytes},
           {"timeline_peak_bytes", k.timeline_peak_bytes},
           {"context_bytes", k.context_bytes},
           {"executor_bytes", k.executor_bytes}};
@@ -125,15 +125,16 @@ std::string run_run_command(const RunCommand& c) {
   std::string out = l.scenario.spec.name + ": executed on " + std::to_string(r.ranks.size()) + " GPU(s) (" +
                     (r.ranks.empty() ? "" : r.ranks.front().device_name) + ")\n";
   out += "  step time         " + fmt("%.4f s", static_cast<double>(r.step_time) * 1e-12) + " (median of " +
-         std::to_string(r.step_times.size()) + " measured steps after 1 warm-up; slowest rank " +
+         std::to_string(r.step_times.size()) + " measured steps after " + std::to_string(cuda::ExecOptions{}.warmup_steps) + " warm-up; slowest rank " +
          std::to_string(r.slowest_rank) + ")\n";
   for (const cuda::RankRun& k : r.ranks) {
-    out += "  rank " + std::to_string(k.rank) + " memory     peak " + fmt("%.3f GB", k.measured_peak_bytes() / 1e9) +
-           " = persistent " + fmt("%.3f GB", k.persistent_bytes / 1e9) + " + transient (pool used high) " +
-           fmt("%.3f GB", k.pool_used_high_bytes / 1e9) + "; in GPU-time order " + fmt("%.3f GB", k.timeline_peak_bytes / 1e9) +
-           "; pool reserved high " +
-           fmt("%.3f GB", k.pool_reserved_high_bytes / 1e9) + ", context + NCCL " + fmt("%.3f GB", k.context_bytes / 1e9) +
-           ", executor arenas " + fmt("%.3f GB", k.executor_bytes / 1e9) + " (not counted)\n";
+    out += "  rank " + std::to_string(k.rank) + " memory     device " + fmt("%.3f GB", k.device_bytes / 1e9) +
+           " = context, NCCL and libraries " + fmt("%.3f GB", (k.device_bytes - k.persistent_bytes - k.slab_bytes) / 1e9) +
+           " + persistent " + fmt("%.3f GB", k.persistent_bytes / 1e9) + " + transient slab " +
+           fmt("%.3f GB", k.slab_bytes / 1e9) + " (" + std::to_string(k.slab_waits) + " waits added)\n" +
+           "                    tensors at their peak: " + fmt("%.3f GB", k.timeline_peak_bytes / 1e9) +
+           " in GPU time, " + fmt("%.3f GB", k.program_order_peak_bytes / 1e9) + " in program order; executor arenas " +
+           fmt("%.3f GB", k.executor_bytes / 1e9) + " (not counted)\n";
   }
   out += "  busiest ops (slowest rank, all layers together):\n";
   for (const auto& [name, s] : top) out += "    " + name + std::string(name.size() < 56 ? 56 - name.size() : 1, ' ') + fmt("%.4f s\n", s);
@@ -164,32 +165,30 @@ std::string run_validate_command(const RunCommand& c) {
     }
   }
   const double replay_err = error_of(replay_step, meas_step);
-  // Peak memory, three ways (each the max over ranks); the engine's side:
-  //   tensors (host order): persistent state + transient tensors as the host allocates and frees
-  //            them in program order. Measured: real persistent allocations + the pool's
-  //            used-memory watermark (the definition of issue 6). Predicted: the engine's peak
-  //            without the allocator reserve and the software stack (`runtime`).
-  //   tensors (GPU time): the same tensors live between their ops' measured start and end
-  //            (the engine's accounting replayed on measured times). Predicted: as above.
-  //   device total: context + NCCL (before our allocations) + persistent + the pool's reserved
-  //            watermark (what the pool took from the device, its fragmentation included).
-  //            Predicted: the engine's peak_hbm_bytes (runtime and allocator reserve included).
+  // Peak memory (each the max over ranks), from the whole to its parts:
+  //   device total (the target): what the rank's GPU holds at the end of a step (cudaMemGetInfo,
+  //            less the executor's own operand arenas): CUDA context, NCCL, libraries, persistent
+  //            state and the transient tensors' slab. Predicted: the engine's peak_hbm_bytes.
+  //   transient slab: the slab the executor placed on its measured op times, against the one the
+  //            engine's ledger placed on simulated times (the same best-fit allocator).
+  //   tensors (GPU time): persistent state + the transient tensors live at once, between their
+  //            ops' measured starts and ends, against the engine's live peak (no reserve, no
+  //            `runtime`): the engine's accounting checked on measured times.
   struct MemoryCheck {
     const char* key;
     const char* label;
     double measured = 0, predicted = 0;
   };
-  std::vector<MemoryCheck> mem{{"peak_memory_tensors", "tensors (host order)"},
-                               {"peak_memory_tensors_gpu_time", "tensors (GPU time)  "},
-                               {"peak_memory_total", "device total        "}};
+  std::vector<MemoryCheck> mem{{"peak_memory_total", "device total      "},
+                               {"peak_memory_slab", "transient slab    "},
+                               {"peak_memory_tensors_gpu_time", "tensors (GPU time)"}};
   for (size_t r = 0; r < measured.ranks.size(); ++r) {
     const cuda::RankRun& k = measured.ranks[r];
     const RankMemory& m = predicted.memory[r];
     const double runtime = l.graph.programs[static_cast<size_t>(l.graph.plan.program_of(static_cast<int64_t>(r)))].persistent.runtime;
     const double tensors = m.peak_hbm_bytes - m.allocator_reserve_bytes - runtime;
-    const double meas[] = {k.measured_peak_bytes(), k.timeline_peak_bytes,
-                           k.context_bytes + k.persistent_bytes + k.pool_reserved_high_bytes};
-    const double pred[] = {tensors, tensors, m.peak_hbm_bytes};
+    const double meas[] = {k.device_bytes, k.slab_bytes, k.timeline_peak_bytes};
+    const double pred[] = {m.peak_hbm_bytes, m.slab_bytes, tensors};
     for (size_t i = 0; i < mem.size(); ++i) {
       mem[i].measured = std::max(mem[i].measured, meas[i]);
       mem[i].predicted = std::max(mem[i].predicted, pred[i]);

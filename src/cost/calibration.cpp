@@ -42,8 +42,9 @@ namespace {
 
 using nlohmann::json;
 
-// Version 2 added the optional "attention" tables; version 1 files are still read.
-constexpr int kFormatVersion = 2;
+// Version 2 added the optional "attention" tables, version 3 the optional "memory_overhead" (read
+// by the hardware loader, hardware_spec.cpp); versions 1 and 2 are still read.
+constexpr int kFormatVersion = 3;
 constexpr int kOldestVersion = 1;
 
 struct Reader {
@@ -107,12 +108,11 @@ Calibration load_calibration(const InputText& input) {
   const json root = parse_json(input);
   const Reader r{input.name};
   r.object(root, "");
-  const bool v2 = root.contains("version") && root["version"].is_number_integer() && root["version"].get<int>() >= 2;
-  if (v2) {
-    r.only_keys(root, "", {"format", "version", "provenance", "kernels", "other_kernels", "host_copy", "collectives", "attention"});
-  } else {
-    r.only_keys(root, "", {"format", "version", "provenance", "kernels", "other_kernels", "host_copy", "collectives"});
-  }
+  const int version = root.contains("version") && root["version"].is_number_integer() ? root["version"].get<int>() : 0;
+  std::set<std::string> keys{"format", "version", "provenance", "kernels", "other_kernels", "host_copy", "collectives"};
+  if (version >= 2) keys.insert("attention");
+  if (version >= 3) keys.insert("memory_overhead");
+  r.only_keys(root, "", keys);
   if (!root.contains("format") || root["format"] != "moesim-calibration") {
     r.fail("/format", "must be \"moesim-calibration\"");
   }

@@ -820,7 +820,7 @@ struct Engine::Impl {
       }
     }
     std::vector<RankMemory> slot_memory;
-    for (const RankMemoryLedger& m : memory) slot_memory.push_back(m.finish(g.allocator_fragmentation));
+    for (RankMemoryLedger& m : memory) slot_memory.push_back(m.finish(g.allocator_fragmentation));
     // Every rank gets its slot's results.
     result.rank_end.resize(static_cast<size_t>(num_ranks));
     result.memory.resize(static_cast<size_t>(num_ranks));

@@ -556,7 +556,7 @@ StepGraph build_step_graph(const Scenario& s) {
       if (is_communication(op.kind) && g.plan.group_size(op.group) > 1) used[static_cast<size_t>(op.group)] = true;
     }
     const auto communicators = static_cast<double>(std::count(used.begin(), used.end(), true));
-    p.persistent.runtime = s.spec.memory.runtime_reserved.value + communicators * s.spec.memory.comm_buffer_per_group.value;
+    p.persistent.runtime = runtime_reserved_bytes(s.spec, s.hardware) + communicators * comm_buffer_bytes(s.spec, s.hardware);
   }
   if (s.model.moe) {
     g.routing.emplace(s.spec.routing, s.model.moe->num_experts, s.model.moe->top_k, s.spec.parallel.ep,

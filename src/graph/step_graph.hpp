@@ -26,7 +26,7 @@ struct StepGraph {
   int64_t tokens_per_micro_batch = 0;  // T on one rank (micro_batch x sequence / cp)
   int64_t tokens_per_step = 0;       // global
   int64_t seq_len = 0;
-  double allocator_fragmentation = 0;  // the allocator's reserve over the transient peak (scenario memory)
+  double allocator_fragmentation = 0;  // an allocator's loss beyond best-fit placement, a fraction of the slab (scenario memory)
 };
 
 StepGraph build_step_graph(const Scenario& scenario);

@@ -2,6 +2,8 @@
 // Field declarations and consistency checks of hardware/*.json.
 #include "hardware/hardware_spec.hpp"
 
+#include <cmath>
+
 #include "core/fields.hpp"
 
 namespace moesim {
@@ -165,6 +167,29 @@ void check(const std::string& file, const HardwareSpec& h) {
   }
 }
 
+// The calibration file's `memory_overhead` (the rest of that file is the cost model's to read).
+std::optional<StackMemory> read_stack_memory(const InputText& calibration) {
+  const nlohmann::json root = parse_json(calibration);
+  if (!root.is_object() || !root.contains("memory_overhead")) return std::nullopt;
+  const nlohmann::json& m = root["memory_overhead"];
+  if (!m.is_object()) throw InputError(calibration.name, "/memory_overhead", "must be an object");
+  for (const auto& [key, value] : m.items()) {
+    if (key != "runtime_bytes" && key != "communicator_bytes" && key != "samples") {
+      throw InputError(calibration.name, "/memory_overhead/" + key, "unknown key (known: communicator_bytes, runtime_bytes, samples)");
+    }
+  }
+  auto bytes = [&](const char* key) {
+    const std::string path = std::string("/memory_overhead/") + key;
+    if (!m.contains(key)) throw InputError(calibration.name, path, "required");
+    const nlohmann::json& v = m[key];
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0) {
+      throw InputError(calibration.name, path, "must be a finite number of bytes >= 0");
+    }
+    return v.get<double>();
+  };
+  return StackMemory{bytes("runtime_bytes"), bytes("communicator_bytes")};
+}
+
 }  // namespace
 
 HardwareSpec load_hardware(const InputText& input) {
@@ -172,7 +197,10 @@ HardwareSpec load_hardware(const InputText& input) {
   HardwareSpec spec;
   FieldReader::read_object(input.name, root, "", spec);
   check(input.name, spec);
-  if (spec.calibration) spec.calibration_input = read_referenced(input, "/calibration", *spec.calibration, "hardware/calibration");
+  if (spec.calibration) {
+    spec.calibration_input = read_referenced(input, "/calibration", *spec.calibration, "hardware/calibration");
+    spec.stack_memory = read_stack_memory(*spec.calibration_input);
+  }
   return spec;
 }
 

@@ -104,6 +104,14 @@ struct EfficiencySpec {
   double overlap_slowdown = 0.1;     // compute runs this much slower while communication overlaps it
 };
 
+// Device memory the software stack holds, as `moesim calibrate` measured it on this hardware (the
+// calibration file's `memory_overhead`): the CUDA context with its libraries, and what one
+// collective-library communicator adds once it has run every collective kind.
+struct StackMemory {
+  double runtime_bytes = 0;
+  double communicator_bytes = 0;
+};
+
 struct HardwareSpec {
   std::string name;
   std::string doc;
@@ -114,6 +122,7 @@ struct HardwareSpec {
   EfficiencySpec efficiency;
   std::optional<std::string> calibration;  // path relative to the hardware file
   std::optional<InputText> calibration_input;  // that file as read by load_hardware; parsed by the cost model
+  std::optional<StackMemory> stack_memory;      // the calibration file's memory_overhead, if it has one
 };
 
 HardwareSpec load_hardware(const InputText& input);

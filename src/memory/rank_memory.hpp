@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Memory of one rank over a step, per tier: HBM (persistent state, transient tensors by category)
 // and host DDR (what swap moved there), applied op by op as the engine runs them, with the peak,
-// when and after which op it happened, and the caching allocator's reserve over it.
+// when and after which op it happened, and the allocator's reserve over it: the transient tensors
+// are placed in a slab as they come and go (slab_allocator.hpp), and what the slab needs beyond
+// the live tensors at the peak is the reserve.
 //
 // Effects (graph/op.hpp MemAction) take effect at an op's start (alloc, the device copy of a
 // swap-in) or end (free, the release of a swapped-out tensor from HBM): during a swap both
@@ -11,8 +13,11 @@
 #include <array>
 #include <cstdint>
 
+#include <vector>
+
 #include "core/enum_names.hpp"
 #include "graph/program.hpp"
+#include "memory/slab_allocator.hpp"
 
 namespace moesim {
 
@@ -21,10 +26,12 @@ inline constexpr size_t kNumMemCategories = EnumNames<MemCategory>::names.size()
 
 struct RankMemory {
   // The HBM peak: persistent state, the transient tensors live at that moment, and the
-  // allocator's reserve over them (fragmentation x the transient part).
+  // allocator's reserve over them: the slab's high water beyond those tensors, plus
+  // `fragmentation` x the slab (finish).
   double peak_hbm_bytes = 0;
   std::array<double, kNumMemCategories> peak_transient{};  // by MemCategory, at the peak
   double allocator_reserve_bytes = 0;
+  double slab_bytes = 0;  // the transient tensors' slab: its high water over the step
   double peak_ddr_bytes = 0;
   double persistent_bytes = 0;
   Picoseconds peak_time = 0;
@@ -43,10 +50,25 @@ class RankMemoryLedger {
 
   double hbm_bytes() const { return hbm_; }
   double ddr_bytes() const { return ddr_; }
-  // The step's summary; `fragmentation` sizes the allocator's reserve over the transient peak.
-  RankMemory finish(double fragmentation) const;
+  // The step's summary; `fragmentation` is what an allocator loses beyond the slab's placement,
+  // as a fraction of the slab.
+  RankMemory finish(double fragmentation);
 
  private:
+  // Slab placement waits until an instant is complete (place_pending): the engine reaches the
+  // effects of one instant in event order, the slab takes them in program order.
+  struct Pending {
+    const Program* program;
+    uint32_t op;
+    bool at_start;
+  };
+  void place_pending();
+
+  std::vector<Pending> pending_;
+  Picoseconds pending_time_ = 0;
+  SlabAllocator slab_;
+  static constexpr SlabAllocator::Handle kNotPlaced = UINT32_MAX;
+  std::vector<SlabAllocator::Handle> block_;  // per buffer of the program, its block while in HBM
   double hbm_ = 0;
   double ddr_ = 0;
   std::array<double, kNumMemCategories> live_{};

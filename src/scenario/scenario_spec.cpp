@@ -136,13 +136,19 @@ void declare_fields(F& f, FusedOpsSpec& s) {
 
 template <class F>
 void declare_fields(F& f, MemoryOverheadSpec& s) {
-  f.optional("runtime_reserved", s.runtime_reserved, Bytes{1e9},
-             "Device memory the runtime holds (CUDA context, library workspaces, framework state).", non_negative());
-  f.optional("comm_buffer_per_group", s.comm_buffer_per_group, Bytes{128.0 * (1 << 20)},
-             "Collective-library buffers per communicator (process group with more than one member).",
-             non_negative());
-  f.optional("allocator_fragmentation", s.allocator_fragmentation, 0.05,
-             "The caching allocator's reserve, as a fraction of the peak of transient tensors.", between(0, 1));
+  f.maybe("runtime_reserved", s.runtime_reserved,
+          "Device memory the runtime holds (CUDA context, library workspaces, framework state). Absent: what the "
+          "hardware's calibration file measured (memory_overhead.runtime_bytes), else 1 GB.",
+          non_negative());
+  f.maybe("comm_buffer_per_group", s.comm_buffer_per_group,
+          "Collective-library buffers per communicator (process group with more than one member). Absent: what "
+          "the hardware's calibration file measured (memory_overhead.communicator_bytes), else 128 MiB.",
+          non_negative());
+  f.optional("allocator_fragmentation", s.allocator_fragmentation, 0.0,
+             "Memory an allocator loses beyond the simulated best-fit placement of transient tensors (rounding, "
+             "split blocks, caches per stream), as a fraction of that placement's slab. 0: an allocator that places "
+             "like the simulator, as the GPU backend's does.",
+             between(0, 1));
 }
 
 template <class F>
@@ -260,6 +266,16 @@ Scenario load_scenario(const InputText& input) {
         read_referenced(input, "/routing/histogram", s.spec.routing.histogram, "scenarios"), s.model);
   }
   return s;
+}
+
+double runtime_reserved_bytes(const ScenarioSpec& spec, const HardwareSpec& hardware) {
+  if (spec.memory.runtime_reserved) return spec.memory.runtime_reserved->value;
+  return hardware.stack_memory ? hardware.stack_memory->runtime_bytes : kDefaultRuntimeReserved;
+}
+
+double comm_buffer_bytes(const ScenarioSpec& spec, const HardwareSpec& hardware) {
+  if (spec.memory.comm_buffer_per_group) return spec.memory.comm_buffer_per_group->value;
+  return hardware.stack_memory ? hardware.stack_memory->communicator_bytes : kDefaultCommBufferPerGroup;
 }
 
 std::vector<FieldRow> describe_scenario_fields() { return FieldDescriber::describe<ScenarioSpec>(); }

@@ -148,9 +148,11 @@ struct OverlapSpec {
 
 // What the software stack holds besides the model's tensors (assumptions, to be calibrated).
 struct MemoryOverheadSpec {
-  Bytes runtime_reserved{1e9};             // CUDA context, library workspaces, framework state
-  Bytes comm_buffer_per_group{128.0 * (1 << 20)};  // collective library buffers per communicator used
-  double allocator_fragmentation = 0.05;   // caching allocator's reserve over the transient peak
+  // Absent: what the hardware's calibration file measured, else the defaults below
+  // (runtime_reserved_bytes, comm_buffer_bytes).
+  std::optional<Bytes> runtime_reserved;       // CUDA context, library workspaces, framework state
+  std::optional<Bytes> comm_buffer_per_group;  // collective library buffers per communicator used
+  double allocator_fragmentation = 0;      // what an allocator loses beyond best-fit placement, as a fraction of the slab
 };
 
 struct FusedOpsSpec {
@@ -209,6 +211,13 @@ struct Scenario {
 };
 
 Scenario load_scenario(const InputText& input);
+// Device memory of the software stack: the scenario's memory.runtime_reserved and
+// memory.comm_buffer_per_group when given, else what the hardware's calibration file measured
+// (HardwareSpec::stack_memory), else 1 GB and 128 MiB (assumptions).
+inline constexpr double kDefaultRuntimeReserved = 1e9;
+inline constexpr double kDefaultCommBufferPerGroup = 128.0 * (1 << 20);
+double runtime_reserved_bytes(const ScenarioSpec& spec, const HardwareSpec& hardware);
+double comm_buffer_bytes(const ScenarioSpec& spec, const HardwareSpec& hardware);
 std::vector<FieldRow> describe_scenario_fields();
 // A routing histogram file: {"tokens_per_expert": [one non-negative number per expert]}.
 std::vector<double> load_routing_histogram(const InputText& input, const ModelSpec& model);

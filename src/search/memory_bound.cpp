@@ -49,7 +49,7 @@ std::vector<double> persistent_lower_bound_per_stage(const Scenario& s) {
       }
     }
     // The runtime's reserve is on every rank; the communicators' buffers depend on the ops (left out).
-    out[static_cast<size_t>(stage)] = params * per_param + spec.memory.runtime_reserved.value;
+    out[static_cast<size_t>(stage)] = params * per_param + runtime_reserved_bytes(spec, s.hardware);
   }
   return out;
 }

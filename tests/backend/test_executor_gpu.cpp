@@ -58,10 +58,12 @@ TEST_CASE("the calibration scenario runs and its timeline keeps the execution co
     }
     const RankRun& k = r.ranks[static_cast<size_t>(rank)];
     CHECK(k.persistent_bytes > 0);
-    CHECK(k.pool_used_high_bytes > 0);
-    // The pool counts what the host allocated in issue order: the buffer plan's peak (allocation
-    // granularity aside).
-    CHECK(k.pool_used_high_bytes == doctest::Approx(k.bookkeeping_peak_bytes).epsilon(0.02));
-    CHECK(k.pool_reserved_high_bytes >= k.pool_used_high_bytes);
+    // The slab holds the tensors live at once on the measured times (its placement was made on
+    // the warm-up step's times, so allow for the measured step's order differing a little), and
+    // the device holds persistent state and the slab at least.
+    CHECK(k.slab_bytes > 0);
+    CHECK(k.slab_bytes >= 0.95 * (k.timeline_peak_bytes - k.persistent_bytes));
+    CHECK(k.device_bytes >= k.persistent_bytes + k.slab_bytes);
+    CHECK(k.program_order_peak_bytes > k.persistent_bytes);
   }
 }

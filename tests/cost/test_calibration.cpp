@@ -14,6 +14,7 @@
 
 #include "core/error.hpp"
 #include "cost/calibration.hpp"
+#include "scenario/scenario_spec.hpp"
 #include "cost/cost_model.hpp"
 
 using namespace moesim;
@@ -110,8 +111,15 @@ TEST_CASE("the reader takes the tables it knows and names the file and JSON path
   CHECK(c.collective(OpKind::all_gather, 2) == nullptr);
 
   json j = sample_calibration();
-  j["version"] = 3;
+  j["version"] = 4;
   expect_error(j, "/version", "unsupported version");
+  j = sample_calibration();
+  j["version"] = 2;  // memory_overhead came with version 3
+  j["memory_overhead"] = {{"runtime_bytes", 5e8}, {"communicator_bytes", 8e8}};
+  expect_error(j, "/memory_overhead", "unknown key");
+  j["version"] = 3;
+  CHECK_NOTHROW(load_calibration(text(j)));
+  j = sample_calibration();
   j["version"] = 0;
   expect_error(j, "/version", "unsupported version");
   j = sample_calibration();
@@ -287,6 +295,43 @@ TEST_CASE("version 2 attention tables: read, checked, and used per kind and phas
   fp8.dtype = Dtype::fp8;
   CHECK(cost.kernel_seconds(fp8) == doctest::Approx(plain.kernel_seconds(fp8)));
   CHECK(cost.kernel_seconds(attention_op(OpKind::kda, Phase::fwd, 4096, f)) == doctest::Approx(f / 8.5e12 + launch));
+}
+
+TEST_CASE("the software stack's measured memory reaches the step graph unless the scenario sets it") {
+  json cal = sample_calibration();
+  cal["version"] = 3;
+  cal["memory_overhead"] = {{"runtime_bytes", 5.5e8}, {"communicator_bytes", 7.9e8}};
+  const HardwareSpec hw = hardware_with(cal);
+  REQUIRE(hw.stack_memory);
+  CHECK(hw.stack_memory->runtime_bytes == 5.5e8);
+  CHECK(hw.stack_memory->communicator_bytes == 7.9e8);
+  ScenarioSpec spec;
+  CHECK(runtime_reserved_bytes(spec, hw) == 5.5e8);
+  CHECK(comm_buffer_bytes(spec, hw) == 7.9e8);
+  spec.memory.runtime_reserved = Bytes{2e9};
+  spec.memory.comm_buffer_per_group = Bytes{1e8};
+  CHECK(runtime_reserved_bytes(spec, hw) == 2e9);
+  CHECK(comm_buffer_bytes(spec, hw) == 1e8);
+  // Without a measurement: the assumptions.
+  const HardwareSpec plain = load_hardware(read_input("h200-hgx", "hardware", "HARDWARE"));
+  CHECK(runtime_reserved_bytes(ScenarioSpec{}, plain) == kDefaultRuntimeReserved);
+  CHECK(comm_buffer_bytes(ScenarioSpec{}, plain) == kDefaultCommBufferPerGroup);
+
+  cal["memory_overhead"]["runtime_bytes"] = -1;
+  try {
+    (void)hardware_with(cal);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK(e.file().ends_with("calibration/test.json"));
+    CHECK(e.path() == "/memory_overhead/runtime_bytes");
+  }
+  cal["memory_overhead"] = {{"runtime_bytes", 1e9}, {"comm_bytes", 1e8}};
+  try {
+    (void)hardware_with(cal);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK(e.path() == "/memory_overhead/comm_bytes");
+  }
 }
 
 TEST_CASE("a bad calibration file is an input error naming that file") {

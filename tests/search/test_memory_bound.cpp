@@ -43,8 +43,8 @@ void check_against_graph(const Scenario& s, bool exact) {
     if (exact) {
       // Everything but the communicators' buffers, which the bound leaves out.
       const double state = p.params + p.master_params + p.grads + p.optimizer_states;
-      CHECK(bound[stage] == doctest::Approx(state + s.spec.memory.runtime_reserved.value).epsilon(1e-12));
-      CHECK(p.runtime >= s.spec.memory.runtime_reserved.value);
+      CHECK(bound[stage] == doctest::Approx(state + runtime_reserved_bytes(s.spec, s.hardware)).epsilon(1e-12));
+      CHECK(p.runtime >= runtime_reserved_bytes(s.spec, s.hardware));
     }
   }
 }

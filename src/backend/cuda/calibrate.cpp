@@ -360,7 +360,19 @@ json bench_host_copy(Context& cx) {
 
 // Collectives over the first n GPUs for each n in 2, 4, 8, ... up to the GPUs present. Each repeat
 // is timed per rank between events on its stream; a repeat's time is the slowest rank's.
-json bench_collectives(Context& cx, int num_gpus) {
+// Device memory in use on `device` (cudaMemGetInfo), after creating its context if needed.
+double used_bytes(int device) {
+  MOESIM_CUDA_CHECK(cudaSetDevice(device));
+  MOESIM_CUDA_CHECK(cudaFree(nullptr));
+  size_t free_b = 0, total_b = 0;
+  MOESIM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return static_cast<double>(total_b - free_b);
+}
+
+// Collectives per kind and group size. `communicator_bytes` gets, per GPU of the first group,
+// what its NCCL communicator holds once it has run every kind at every size: the growth of the
+// device's memory over the group's life, less the benchmark's own send and receive buffers.
+json bench_collectives(Context& cx, int num_gpus, std::vector<double>& communicator_bytes) {
   json out = json::object();
   if (num_gpus < 2) return out;
   const std::vector<double> sizes = cx.opt.quick ? std::vector<double>{1 << 20, 256 << 20}
@@ -370,6 +382,8 @@ json bench_collectives(Context& cx, int num_gpus) {
   for (int n = 2; n <= num_gpus; n *= 2) {
     std::vector<int> devices(static_cast<size_t>(n));
     std::iota(devices.begin(), devices.end(), 0);
+    std::vector<double> before;
+    for (int r = 0; r < n; ++r) before.push_back(used_bytes(r));
     NcclGroup group(devices);
     const auto max_bytes = static_cast<size_t>(sizes.back());
     std::vector<DeviceBuffer<uint16_t>> send, recv;
@@ -450,6 +464,13 @@ json bench_collectives(Context& cx, int num_gpus) {
       tb["samples"] = samples;
       out[kind][std::to_string(n)] = tb;
       cx.log("collectives: " + kind + " over " + std::to_string(n) + " GPUs done");
+    }
+    if (communicator_bytes.empty()) {
+      group.synchronize();
+      const double buffers = 2.0 * static_cast<double>(max_bytes / 2) * sizeof(uint16_t);  // send + receive
+      for (int r = 0; r < n; ++r) {
+        communicator_bytes.push_back(std::max(0.0, used_bytes(r) - before[static_cast<size_t>(r)] - buffers));
+      }
     }
   }
   MOESIM_CUDA_CHECK(cudaSetDevice(0));
@@ -572,7 +593,8 @@ std::string utc_now() {
 CalibrationRun run_calibration(const CalibrateOptions& options) {
   const int num_gpus = device_count();
   if (num_gpus == 0) throw BackendError("calibrate: no CUDA device");
-  MOESIM_CUDA_CHECK(cudaSetDevice(0));
+  // The software stack's own memory first, before this run allocates anything: the context.
+  const double runtime_bytes = used_bytes(0);
   const DeviceInfo dev = device_info(0);
   Context cx{options, options.quick ? Settings{2, 5} : Settings{5, 25}, nullptr, std::string()};
   MOESIM_CUDA_CHECK(cudaStreamCreateWithFlags(&cx.stream, cudaStreamNonBlocking));
@@ -594,11 +616,21 @@ CalibrationRun run_calibration(const CalibrateOptions& options) {
   const json attention = bench_attention(cx);
   MOESIM_CUDA_CHECK(cudaStreamSynchronize(cx.stream));
   MOESIM_CUDA_CHECK(cudaStreamDestroy(cx.stream));
-  const json collectives = bench_collectives(cx, num_gpus);
+  std::vector<double> communicator_bytes;
+  const json collectives = bench_collectives(cx, num_gpus, communicator_bytes);
+  json memory_overhead = {{"runtime_bytes", runtime_bytes},
+                          {"communicator_bytes", communicator_bytes.empty() ? 0.0
+                                                                             : *std::max_element(communicator_bytes.begin(),
+                                                                                                 communicator_bytes.end())},
+                          {"samples", {{"runtime_bytes_device0", runtime_bytes}, {"communicator_bytes_per_gpu", communicator_bytes}}}};
+  if (!communicator_bytes.empty()) {
+    cx.summary += fmt("\nSoftware stack memory: CUDA context %.3f GB; one NCCL communicator after every collective kind %.3f GB per GPU\n",
+                      runtime_bytes / 1e9, memory_overhead["communicator_bytes"].get<double>() / 1e9);
+  }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   json root = {
       {"format", "moesim-calibration"},
-      {"version", 2},
+      {"version", 3},
       {"provenance",
        {{"gpu", dev.name}, {"num_gpus", num_gpus}, {"sms", dev.num_sms}, {"memory_bytes", dev.memory_bytes},
         {"l2_bytes", dev.l2_bytes}, {"driver", dev.driver}, {"kernel_driver", kernel_driver()}, {"cuda_runtime", dev.runtime}, {"cublas", dev.cublas},
@@ -610,6 +642,8 @@ CalibrationRun run_calibration(const CalibrateOptions& options) {
       {"collectives", collectives},
       {"attention", attention},
   };
+  // With one GPU there is no communicator to measure: leave the key out rather than record 0.
+  if (!communicator_bytes.empty()) root["memory_overhead"] = memory_overhead;
   CalibrationRun run;
   run.json = root.dump(1) + "\n";
   run.summary = "Calibration on " + std::to_string(num_gpus) + " x " + dev.name + " (driver " + dev.driver + ", CUDA " +

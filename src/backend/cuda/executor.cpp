@@ -26,29 +26,17 @@ const Program& program_of(const StepGraph& g, int64_t rank) {
 }
 }  // namespace
 
-int exec_queue_of(const Op& op) {
-  if (op.stream == Stream::copy) return kCopyQueue;
-  if (op.stream == Stream::comm && is_communication(op.kind)) return 2 + static_cast<int>(op.group);
-  return kComputeQueue;
-}
-
-std::string exec_queue_name(int queue) {
-  if (queue == kComputeQueue) return "compute";
-  if (queue == kCopyQueue) return "copy";
-  return "comm." + std::string(enum_name(static_cast<GroupKind>(queue - 2)));
-}
-
 QueuePlan plan_queues(const Program& p) {
   QueuePlan q;
   const size_t n = p.ops.size();
   q.queue.resize(n);
   q.waits.resize(n);
   q.queue_pred.assign(n, -1);
-  std::array<int64_t, kNumExecQueues> last{};
+  std::array<int64_t, kNumQueues> last{};
   last.fill(-1);
   for (size_t i = 0; i < n; ++i) {
     const Op& op = p.ops[i];
-    const int qi = exec_queue_of(op);
+    const int qi = queue_of(op);
     q.queue[i] = static_cast<int8_t>(qi);
     q.queue_pred[i] = static_cast<int32_t>(last[static_cast<size_t>(qi)]);
     last[static_cast<size_t>(qi)] = static_cast<int64_t>(i);
@@ -61,48 +49,6 @@ QueuePlan plan_queues(const Program& p) {
     }
   }
   return q;
-}
-
-BufferPlan plan_buffers(const Program& p) {
-  BufferPlan b;
-  const size_t n = p.ops.size();
-  b.alloc_at_start.resize(n);
-  b.free_at_end.resize(n);
-  std::vector<int64_t> holder(p.buffers.size(), -1);  // op that allocated the live HBM copy
-  auto name = [&](uint32_t buf) { return "buffer '" + p.names[p.buffers[buf].name] + "'"; };
-  double live = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const Op& op = p.ops[i];
-    for (const MemEffect& e : p.effects_of(op)) {
-      if (e.action == MemAction::alloc || e.action == MemAction::to_device) {
-        if (holder[e.buffer] >= 0) {
-          throw BackendError(name(e.buffer) + " allocated by op '" + p.name_of(op) + "' while already in HBM");
-        }
-        holder[e.buffer] = static_cast<int64_t>(i);
-        b.alloc_at_start[i].push_back(e.buffer);
-        live += p.buffers[e.buffer].bytes;
-      }
-    }
-    if (live > b.peak_bytes) {
-      b.peak_bytes = live;
-      b.peak_op = static_cast<uint32_t>(i);
-    }
-    for (const MemEffect& e : p.effects_of(op)) {
-      if (e.action == MemAction::free || e.action == MemAction::to_host) {
-        if (holder[e.buffer] < 0) throw BackendError(name(e.buffer) + " freed by op '" + p.name_of(op) + "' but not in HBM");
-        holder[e.buffer] = -1;
-        b.free_at_end[i].push_back(e.buffer);
-        live -= p.buffers[e.buffer].bytes;
-      }
-    }
-  }
-  for (size_t buf = 0; buf < holder.size(); ++buf) {
-    if (holder[buf] >= 0) {
-      throw BackendError(name(static_cast<uint32_t>(buf)) + " allocated by op '" +
-                         p.name_of(p.ops[static_cast<size_t>(holder[buf])]) + "' is never freed");
-    }
-  }
-  return b;
 }
 
 std::vector<MemorySample> replay_memory(const Program& p, int32_t rank, double persistent_bytes,
@@ -223,11 +169,11 @@ GroupComm dry_comm(const StepGraph& g, int64_t rank, const Op& op) {
 ArenaSizes size_arenas(const StepGraph& g, const ModelSpec& model, int64_t rank, const RoutingPlan& routing) {
   const Program& p = program_of(g, rank);
   Arena in;
-  std::array<Arena, kNumExecQueues> out{};
+  std::array<Arena, kNumQueues> out{};
   ArenaSizes sizes;
   for (uint32_t i = 0; i < p.ops.size(); ++i) {
     const Op& op = p.ops[i];
-    const int q = exec_queue_of(op);
+    const int q = queue_of(op);
     OpEnv env;
     env.graph = &g;
     env.model = &model;
@@ -240,7 +186,7 @@ ArenaSizes size_arenas(const StepGraph& g, const ModelSpec& model, int64_t rank,
     launch_op(env, p, i);
   }
   sizes.in = in.high_water();
-  for (int q = 0; q < kNumExecQueues; ++q) sizes.out[static_cast<size_t>(q)] = out[static_cast<size_t>(q)].high_water();
+  for (int q = 0; q < kNumQueues; ++q) sizes.out[static_cast<size_t>(q)] = out[static_cast<size_t>(q)].high_water();
   return sizes;
 }
 
@@ -363,22 +309,21 @@ struct RankState {
   int device = 0;
   const Program* program = nullptr;
   QueuePlan queues;
-  BufferPlan buffers;
   RoutingPlan routing;
   ArenaSizes sizes;
   std::vector<void*> owned;  // cudaMalloc'd
   void* pinned = nullptr;
   size_t pinned_bytes = 0;
-  std::array<cudaStream_t, kNumExecQueues> streams{};
-  cudaMemPool_t pool = nullptr;
+  std::array<cudaStream_t, kNumQueues> streams{};
+  void* slab = nullptr;
+  SlabPlan slab_plan;
   std::unique_ptr<Gemm> gemm;
   Arena in;
-  std::array<Arena, kNumExecQueues> out{};
+  std::array<Arena, kNumQueues> out{};
   IndexTables tables;
   OptimizerState optimizer;
   cudaEvent_t step_start = nullptr;
   std::vector<cudaEvent_t> start, end;
-  std::vector<void*> buffer_ptr;
   RankRun run;
   std::vector<Picoseconds> op_start, op_end;
 
@@ -395,7 +340,7 @@ struct RankState {
     for (cudaStream_t s : streams) {
       if (s) (void)cudaStreamDestroy(s);
     }
-    if (pool) (void)cudaMemPoolDestroy(pool);
+    if (slab) (void)cudaFree(slab);
   }
 };
 
@@ -406,24 +351,11 @@ void setup_rank(RankState& r, const Scenario& sc, const StepGraph& g) {
   MOESIM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   r.run.context_bytes = static_cast<double>(total_b - free_b);
   r.run.device_name = device_info(r.device).name;
-  for (int q = 0; q < kNumExecQueues; ++q) {
+  for (int q = 0; q < kNumQueues; ++q) {
     if (r.queues.num_ops[static_cast<size_t>(q)] > 0 || q == kComputeQueue) {
       MOESIM_CUDA_CHECK(cudaStreamCreateWithFlags(&r.streams[static_cast<size_t>(q)], cudaStreamNonBlocking));
     }
   }
-  // The transient tensors' pool: memory is kept between steps (release threshold: all), and no
-  // hidden dependencies between streams are inserted to reuse a block early (they would change
-  // the timing); stream-ordered and event-ordered reuse stay on.
-  cudaMemPoolProps props{};
-  props.allocType = cudaMemAllocationTypePinned;
-  props.location.type = cudaMemLocationTypeDevice;
-  props.location.id = r.device;
-  MOESIM_CUDA_CHECK(cudaMemPoolCreate(&r.pool, &props));
-  uint64_t threshold = UINT64_MAX;
-  MOESIM_CUDA_CHECK(cudaMemPoolSetAttribute(r.pool, cudaMemPoolAttrReleaseThreshold, &threshold));
-  int no = 0;
-  MOESIM_CUDA_CHECK(cudaMemPoolSetAttribute(r.pool, cudaMemPoolReuseAllowInternalDependencies, &no));
-
   // Persistent state, for real.
   const PersistentMemory& pm = r.program->persistent;
   auto* params = device_alloc<uint16_t>(static_cast<size_t>(pm.params / 2), r.owned);
@@ -431,6 +363,7 @@ void setup_rank(RankState& r, const Scenario& sc, const StepGraph& g) {
   auto* grads = device_alloc<float>(static_cast<size_t>(pm.grads / 4), r.owned);
   auto* states = device_alloc<float>(static_cast<size_t>(pm.optimizer_states / 4), r.owned);
   r.run.persistent_bytes = pm.params + pm.master_params + pm.grads + pm.optimizer_states;
+  r.run.program_order_peak_bytes += r.run.persistent_bytes;
   const auto half_states = static_cast<int64_t>(pm.optimizer_states / 8);
   r.optimizer = OptimizerState{master, grads, states, states ? states + half_states : nullptr, params,
                                std::min({static_cast<int64_t>(pm.master_params / 4), static_cast<int64_t>(pm.grads / 4),
@@ -448,7 +381,7 @@ void setup_rank(RankState& r, const Scenario& sc, const StepGraph& g) {
   void* in = device_alloc<char>(r.sizes.in, r.owned);
   fill_random(in, r.sizes.in, 21 + static_cast<uint64_t>(r.rank), s0);
   r.in = Arena(in, r.sizes.in);
-  for (int q = 0; q < kNumExecQueues; ++q) {
+  for (int q = 0; q < kNumQueues; ++q) {
     const size_t bytes = r.sizes.out[static_cast<size_t>(q)];
     void* o = device_alloc<char>(bytes, r.owned);
     fill_random(o, bytes, 31 + static_cast<uint64_t>(q), s0);
@@ -470,7 +403,6 @@ void setup_rank(RankState& r, const Scenario& sc, const StepGraph& g) {
     MOESIM_CUDA_CHECK(cudaEventCreate(&r.end[i]));
   }
   MOESIM_CUDA_CHECK(cudaEventCreate(&r.step_start));
-  r.buffer_ptr.assign(r.program->buffers.size(), nullptr);
 }
 
 // Issues one step on the rank's streams (the host runs ahead; the GPU follows the dependencies).
@@ -478,7 +410,7 @@ void issue_step(RankState& r, const StepGraph& g, const Scenario& sc, const Comm
   const Program& p = *r.program;
   cudaStream_t s0 = r.streams[kComputeQueue];
   MOESIM_CUDA_CHECK(cudaEventRecord(r.step_start, s0));
-  for (int q = 0; q < kNumExecQueues; ++q) {
+  for (int q = 0; q < kNumQueues; ++q) {
     cudaStream_t s = r.streams[static_cast<size_t>(q)];
     if (s && q != kComputeQueue) MOESIM_CUDA_CHECK(cudaStreamWaitEvent(s, r.step_start, 0));
   }
@@ -487,11 +419,10 @@ void issue_step(RankState& r, const StepGraph& g, const Scenario& sc, const Comm
     const int q = r.queues.queue[i];
     cudaStream_t s = r.streams[static_cast<size_t>(q)];
     for (uint32_t d : r.queues.waits[i]) MOESIM_CUDA_CHECK(cudaStreamWaitEvent(s, r.end[d], 0));
-    MOESIM_CUDA_CHECK(cudaEventRecord(r.start[i], s));
-    for (uint32_t b : r.buffers.alloc_at_start[i]) {
-      const auto bytes = static_cast<size_t>(p.buffers[b].bytes);
-      if (bytes > 0) MOESIM_CUDA_CHECK(cudaMallocFromPoolAsync(&r.buffer_ptr[b], bytes, r.pool, s));
+    if (r.slab) {
+      for (uint32_t d : r.slab_plan.waits[i]) MOESIM_CUDA_CHECK(cudaStreamWaitEvent(s, r.end[d], 0));
     }
+    MOESIM_CUDA_CHECK(cudaEventRecord(r.start[i], s));
     OpEnv env;
     env.graph = &g;
     env.model = &sc.model;
@@ -508,10 +439,6 @@ void issue_step(RankState& r, const StepGraph& g, const Scenario& sc, const Comm
     env.pinned_bytes = r.pinned_bytes;
     if (is_communication(op.kind)) env.comm = comms.of[static_cast<size_t>(r.rank)][static_cast<size_t>(op.group)];
     launch_op(env, p, i);
-    for (uint32_t b : r.buffers.free_at_end[i]) {
-      if (r.buffer_ptr[b]) MOESIM_CUDA_CHECK(cudaFreeAsync(r.buffer_ptr[b], s));
-      r.buffer_ptr[b] = nullptr;
-    }
     MOESIM_CUDA_CHECK(cudaEventRecord(r.end[i], s));
   }
 }
@@ -528,17 +455,18 @@ void collect_step(RankState& r) {
     last = std::max(last, r.op_end[i]);
   }
   r.run.end = last;
-  uint64_t used = 0, reserved = 0;
-  MOESIM_CUDA_CHECK(cudaMemPoolGetAttribute(r.pool, cudaMemPoolAttrUsedMemHigh, &used));
-  MOESIM_CUDA_CHECK(cudaMemPoolGetAttribute(r.pool, cudaMemPoolAttrReservedMemHigh, &reserved));
-  r.run.pool_used_high_bytes = static_cast<double>(used);
-  r.run.pool_reserved_high_bytes = static_cast<double>(reserved);
+  size_t free_b = 0, total_b = 0;
+  MOESIM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  r.run.device_bytes = static_cast<double>(total_b - free_b) - r.run.executor_bytes;
 }
 
-void reset_watermarks(RankState& r) {
-  uint64_t zero = 0;
-  MOESIM_CUDA_CHECK(cudaMemPoolSetAttribute(r.pool, cudaMemPoolAttrUsedMemHigh, &zero));
-  MOESIM_CUDA_CHECK(cudaMemPoolSetAttribute(r.pool, cudaMemPoolAttrReservedMemHigh, &zero));
+// Places the transient tensors on the op times of the step just run and allocates the slab.
+void place_slab(RankState& r) {
+  r.slab_plan = plan_slab(*r.program, r.op_start, r.op_end);
+  r.run.slab_bytes = static_cast<double>(r.slab_plan.slab_bytes);
+  r.run.slab_waits = 0;
+  for (const auto& w : r.slab_plan.waits) r.run.slab_waits += static_cast<int64_t>(w.size());
+  if (r.slab_plan.slab_bytes > 0) MOESIM_CUDA_CHECK(cudaMalloc(&r.slab, r.slab_plan.slab_bytes));
 }
 
 // The reported step's records and memory samples of one rank.
@@ -562,7 +490,9 @@ ExecResult execute(const Scenario& sc, const StepGraph& g, const ExecOptions& op
                      "the plan has " + std::to_string(n) + " rank(s) but " + std::to_string(gpus) +
                          " GPU(s) are visible; `moesim run` needs one GPU per rank (set CUDA_VISIBLE_DEVICES or num_devices)");
   }
-  if (opt.measured_steps < 1 || opt.warmup_steps < 0) throw BackendError("execute: measured_steps must be >= 1");
+  if (opt.measured_steps < 1 || opt.warmup_steps < 1) {
+    throw BackendError("execute: warmup_steps and measured_steps must be >= 1 (the slab is placed on a warm-up step's times)");
+  }
   // CPU-side plans first: every op has a kernel and every buffer balances before any GPU work.
   std::vector<std::unique_ptr<RankState>> ranks;
   std::vector<int> devices;
@@ -572,11 +502,11 @@ ExecResult execute(const Scenario& sc, const StepGraph& g, const ExecOptions& op
     st->device = -1;  // nothing to release until set up
     st->program = &program_of(g, r);
     st->queues = plan_queues(*st->program);
-    st->buffers = plan_buffers(*st->program);
+    const BufferPlan buffers = plan_buffers(*st->program);  // throws for an unbalanced program, before any GPU work
     st->routing = build_routing_plan(g, r, opt.routing_step);
     st->sizes = size_arenas(g, sc.model, r, st->routing);
     st->run.rank = static_cast<int32_t>(r);
-    st->run.bookkeeping_peak_bytes = st->buffers.peak_bytes;
+    st->run.program_order_peak_bytes = buffers.program_order_peak_bytes;  // persistent added at setup
     ranks.push_back(std::move(st));
     devices.push_back(static_cast<int>(r));
   }
@@ -603,10 +533,10 @@ ExecResult execute(const Scenario& sc, const StepGraph& g, const ExecOptions& op
         sync.arrive_and_wait();
         if (failed) return;
         MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
-        reset_watermarks(r);
         sync.arrive_and_wait();
         issue_step(r, g, sc, comms);
         collect_step(r);
+        if (step == opt.warmup_steps - 1) place_slab(r);
         const int m = step - opt.warmup_steps;
         if (m >= 0) {
           ends[static_cast<size_t>(m)][static_cast<size_t>(rank)] = r.run.end;

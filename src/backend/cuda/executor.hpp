@@ -5,7 +5,7 @@
 //
 // Execution contract (program.hpp, with the engine's queues made concrete):
 //   - queues are CUDA streams: one compute stream, one copy stream, and one stream per
-//     process-group kind for communication (exec_queue_of: the engine's queue_of rule), so an
+//     process-group kind for communication (graph/queues.hpp, the engine's rule), so an
 //     FSDP all-gather, an EP all-to-all and a swap copy overlap one another as in the engine;
 //   - ops are issued in program order; an op waits for its queue predecessor (stream order) and
 //     for each explicit dependency on another queue (cudaStreamWaitEvent on that op's end event);
@@ -14,10 +14,13 @@
 //   - a collective runs over an NCCL communicator per group kind (ncclCommInitAll over each
 //     group's devices, then each rank's thread calls its own communicator); groups of one member
 //     take no time, as in the engine; all-to-all(v) is grouped ncclSend/ncclRecv;
-//   - memory: each transient Buffer is allocated at its effect with cudaMallocFromPoolAsync on
-//     the op's stream (at the op's start) and freed with cudaFreeAsync after the op (at its end),
-//     from a dedicated memory pool; persistent state (params, master params, grads, optimizer
-//     states; the engine's `runtime` excluded) is allocated for real at start.
+//   - memory: persistent state (params, master params, grads, optimizer states; the engine's
+//     `runtime` excluded) is allocated for real at start; the transient tensors are placed in one
+//     slab by memory/buffer_plan.hpp's plan_slab on the op times of the last warm-up step (the
+//     allocator the engine's ledger models), the slab is allocated for real, and each measured
+//     step adds the event waits that placement needs (an op reusing memory another queue released
+//     waits for that release), so the reuse is race-free; on the timeline it was planned from a
+//     wait is already satisfied.
 //
 // Caveats: this backend measures time and memory, not numerics (op_kernels.hpp): values do not
 // flow between ops. Operand arenas, index tables and the pinned swap scratch are the executor's
@@ -33,39 +36,23 @@
 
 #include "backend/cuda/op_kernels.hpp"
 #include "engine/timeline.hpp"
+#include "graph/queues.hpp"
 #include "graph/step_graph.hpp"
+#include "memory/buffer_plan.hpp"
 #include "scenario/scenario_spec.hpp"
 
 namespace moesim::cuda {
 
-// Queues: compute, copy, then one per process-group kind (as the engine's).
-inline constexpr int kNumExecQueues = 2 + kNumGroupKinds;
-inline constexpr int kComputeQueue = 0;
-inline constexpr int kCopyQueue = 1;
-int exec_queue_of(const Op& op);
-std::string exec_queue_name(int queue);
 
 // How a program maps onto streams: each op's queue, and the cross-queue waits it needs.
 struct QueuePlan {
   std::vector<int8_t> queue;                  // per op
   std::vector<std::vector<uint32_t>> waits;   // per op: explicit dependencies on other queues (deduplicated)
   std::vector<int32_t> queue_pred;            // per op: the op before it on its queue, -1 if first
-  std::array<int64_t, kNumExecQueues> num_ops{};
+  std::array<int64_t, kNumQueues> num_ops{};
 };
 QueuePlan plan_queues(const Program& p);
 
-// When each transient buffer lives in HBM: allocated at the start of an op (alloc, to_device),
-// freed at its end (free, to_host). Throws BackendError for an unbalanced program (a buffer
-// allocated twice, freed while not allocated, or still allocated when the step ends).
-struct BufferPlan {
-  std::vector<std::vector<uint32_t>> alloc_at_start;  // per op
-  std::vector<std::vector<uint32_t>> free_at_end;     // per op
-  // The transient HBM peak when allocations and frees happen in program order (the order the
-  // host issues them: what the pool's used-memory watermark counts), and the op that reached it.
-  double peak_bytes = 0;
-  uint32_t peak_op = 0;
-};
-BufferPlan plan_buffers(const Program& p);
 
 // HBM and DDR in use on one rank over time when `p`'s memory effects apply at the given op start
 // and end times (allocations and swap-in at starts, frees and swap-out at ends; at equal times
@@ -92,13 +79,13 @@ std::vector<std::vector<Picoseconds>> op_durations(const StepGraph& g, const Tim
 // BackendError naming the first op without a kernel.
 struct ArenaSizes {
   size_t in = 0;
-  std::array<size_t, kNumExecQueues> out{};
+  std::array<size_t, kNumQueues> out{};
 };
 ArenaSizes size_arenas(const StepGraph& g, const ModelSpec& model, int64_t rank, const RoutingPlan& routing);
 
 struct ExecOptions {
   int64_t routing_step = 0;  // routing sample (the engine's EngineOptions::step)
-  int warmup_steps = 1;      // untimed steps first (plans, pool growth, NCCL setup)
+  int warmup_steps = 2;      // untimed steps first (>= 1): the first pays GEMM autotuning and NCCL setup, the last one's op times place the slab
   int measured_steps = 3;    // the reported step is the one with the median step time
 };
 
@@ -107,17 +94,19 @@ struct RankRun {
   int device = 0;
   std::string device_name;
   double persistent_bytes = 0;         // allocated for real: params, master params, grads, optimizer states
-  double pool_used_high_bytes = 0;     // transient tensors: the pool's used-memory high watermark
-  double pool_reserved_high_bytes = 0; // what the pool held from the device at most (with its fragmentation)
-  double context_bytes = 0;            // device memory in use before the executor allocated anything
-  double executor_bytes = 0;           // arenas, index tables, GEMM workspace (not part of the step)
-  double bookkeeping_peak_bytes = 0;   // plan_buffers' program-order peak
-  // Persistent + the live transient tensors at their peak in GPU time: the effects replayed at
-  // the measured op starts and ends (replay_memory), the engine's accounting on measured times.
+  double context_bytes = 0;            // device memory in use before the rank allocated anything (CUDA context, NCCL)
+  double executor_bytes = 0;           // operand arenas, index tables, GEMM workspace: the executor's own, not the step's
+  double slab_bytes = 0;               // the transient tensors' slab (plan_slab), allocated for real
+  int64_t slab_waits = 0;              // event waits the slab's placement added to the step
+  // Device memory in use at the end of the reported step (cudaMemGetInfo) less executor_bytes:
+  // CUDA context, NCCL (its buffers included), libraries, persistent state and the slab.
+  double device_bytes = 0;
+  // Persistent + the transient tensors at their peak when allocations and frees count in program
+  // order (plan_buffers), and when they count at the measured op starts and ends (replay_memory:
+  // the engine's accounting on measured times).
+  double program_order_peak_bytes = 0;
   double timeline_peak_bytes = 0;
   Picoseconds end = 0;                 // last op end in the reported step
-  // measured peak = persistent_bytes + pool_used_high_bytes
-  double measured_peak_bytes() const { return persistent_bytes + pool_used_high_bytes; }
 };
 
 struct ExecResult {

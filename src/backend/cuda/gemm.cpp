@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "backend/cuda/gemm.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -149,7 +151,11 @@ void Gemm::tune(Plan& p, const GemmShape& s, const void* a, const void* b, void*
 
   p.chosen = 0;
   if (p.algos.size() > 1) {
-    constexpr int kWarmup = 2, kTimed = 5;
+    // Enough timed runs for about half a millisecond per algorithm: a small GEMM takes a few
+    // microseconds, where five runs would let event resolution and jitter pick the algorithm.
+    constexpr int kWarmup = 2;
+    const double guess_s = s.flops() / 500e12 + 5e-6;
+    const int kTimed = static_cast<int>(std::clamp(std::ceil(5e-4 / guess_s), 5.0, 50.0));
     TuneScratch t;
     const size_t c_bytes =
         static_cast<size_t>(s.m) * static_cast<size_t>(s.n) * (s.out == OutType::bf16 ? sizeof(uint16_t) : sizeof(float));

@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: MIT
+#include "memory/slab_allocator.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace moesim {
+
+uint64_t slab_block_bytes(double bytes) {
+  const auto b = static_cast<uint64_t>(std::ceil(std::max(bytes, 0.0)));
+  return std::max<uint64_t>(kSlabAlignment, (b + kSlabAlignment - 1) / kSlabAlignment * kSlabAlignment);
+}
+
+uint32_t SlabAllocator::new_node() {
+  if (!spare_.empty()) {
+    const uint32_t id = spare_.back();
+    spare_.pop_back();
+    nodes_[id] = Node{};
+    return id;
+  }
+  nodes_.emplace_back();
+  return static_cast<uint32_t>(nodes_.size() - 1);
+}
+
+void SlabAllocator::drop_node(uint32_t id) { spare_.push_back(id); }
+
+void SlabAllocator::mark_free(uint32_t id) {
+  nodes_[id].free_slot = static_cast<uint32_t>(free_.size());
+  free_.push_back(id);
+}
+
+void SlabAllocator::unmark_free(uint32_t id) {
+  const uint32_t slot = nodes_[id].free_slot;
+  free_[slot] = free_.back();
+  nodes_[free_[slot]].free_slot = slot;
+  free_.pop_back();
+  nodes_[id].free_slot = kNone;
+}
+
+void SlabAllocator::absorb_next(uint32_t id) {
+  Node& a = nodes_[id];
+  const uint32_t nid = a.next;
+  const Node& b = nodes_[nid];
+  for (size_t q = 0; q < a.released.size(); ++q) a.released[q] = std::max(a.released[q], b.released[q]);
+  a.last_release_op = std::max(a.last_release_op, b.last_release_op);
+  a.size += b.size;
+  a.next = b.next;
+  if (a.next != kNone) nodes_[a.next].prev = id;
+  if (last_ == nid) last_ = id;
+  drop_node(nid);
+}
+
+SlabAllocator::Placement SlabAllocator::place(uint64_t bytes, uint32_t op) {
+  if (bytes == 0 || bytes % kSlabAlignment != 0) throw std::logic_error("SlabAllocator: unaligned request");
+  // Best fit among the free blocks this op may reuse (not memory released by ops issued later).
+  uint32_t best = kNone;
+  for (uint32_t id : free_) {
+    const Node& n = nodes_[id];
+    if (n.size < bytes || n.last_release_op >= static_cast<int64_t>(op)) continue;
+    if (best == kNone || n.size < nodes_[best].size || (n.size == nodes_[best].size && n.offset < nodes_[best].offset)) {
+      best = id;
+    }
+  }
+  uint32_t id = best;
+  if (id != kNone) {
+    unmark_free(id);
+  } else if (last_ != kNone && !nodes_[last_].live && nodes_[last_].last_release_op < static_cast<int64_t>(op)) {
+    // The top block is free but too small: extend it.
+    id = last_;
+    unmark_free(id);
+    nodes_[id].size = bytes;
+    top_ = nodes_[id].offset + bytes;
+  } else {
+    id = new_node();
+    Node& n = nodes_[id];
+    n.offset = top_;
+    n.size = bytes;
+    n.prev = last_;
+    if (last_ != kNone) nodes_[last_].next = id;
+    last_ = id;
+    top_ += bytes;
+  }
+  Placement out;
+  out.block = id;
+  out.offset = nodes_[id].offset;
+  out.reuses = nodes_[id].released;
+  if (nodes_[id].size > bytes) {
+    // The rest stays free and keeps its release history.
+    const uint32_t rid = new_node();
+    Node& n = nodes_[id];  // after new_node: the pool may have grown
+    Node& r = nodes_[rid];
+    r.offset = n.offset + bytes;
+    r.size = n.size - bytes;
+    r.released = n.released;
+    r.last_release_op = n.last_release_op;
+    r.prev = id;
+    r.next = n.next;
+    if (n.next != kNone) nodes_[n.next].prev = rid;
+    n.next = rid;
+    if (last_ == id) last_ = rid;
+    n.size = bytes;
+    mark_free(rid);
+  }
+  Node& n = nodes_[id];
+  n.live = true;
+  n.released = {};
+  n.last_release_op = -1;
+  live_ += bytes;
+  high_ = std::max(high_, top_);
+  return out;
+}
+
+void SlabAllocator::release(Handle block, uint32_t op, int queue, int32_t place) {
+  if (block >= nodes_.size() || !nodes_[block].live) throw std::logic_error("SlabAllocator: release of a block not placed");
+  uint32_t id = block;
+  Node& n = nodes_[id];
+  n.live = false;
+  live_ -= n.size;
+  if (queue >= 0 && queue < kNumQueues) n.released[static_cast<size_t>(queue)] = place;
+  n.last_release_op = op;
+  if (n.next != kNone && !nodes_[n.next].live) {
+    unmark_free(n.next);
+    absorb_next(id);
+  }
+  if (const uint32_t prev = nodes_[id].prev; prev != kNone && !nodes_[prev].live) {
+    unmark_free(prev);
+    absorb_next(prev);
+    id = prev;
+  }
+  mark_free(id);
+}
+
+}  // namespace moesim

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <set>
 
 #include "graph/layer_ops.hpp"
 #include "graph/loss_ops.hpp"
@@ -548,15 +549,20 @@ StepGraph build_step_graph(const Scenario& s) {
   g.tokens_per_step = s.spec.batch.global_batch_size * s.spec.batch.sequence_length;
   g.seq_len = s.spec.batch.sequence_length;
   g.allocator_fragmentation = s.spec.memory.allocator_fragmentation;
-  // The software stack's share: one set of collective-library buffers per communicator a program
-  // uses (group kinds with more than one member that it communicates over).
+  // The software stack's share: the runtime, and one set of collective-library buffers per
+  // communicator a program uses (group kinds with more than one member that it communicates
+  // over), sized by the collective kinds that communicator runs.
+  const double runtime = runtime_reserved_bytes(s.spec, s.hardware);
   for (Program& p : g.programs) {
-    std::array<bool, kNumGroupKinds> used{};
+    std::array<std::set<std::string>, kNumGroupKinds> kinds;
     for (const Op& op : p.ops) {
-      if (is_communication(op.kind) && g.plan.group_size(op.group) > 1) used[static_cast<size_t>(op.group)] = true;
+      if (!is_communication(op.kind) || g.plan.group_size(op.group) <= 1) continue;
+      kinds[static_cast<size_t>(op.group)].insert(is_p2p(op.kind) ? "all_to_all" : std::string(enum_name(op.kind)));
     }
-    const auto communicators = static_cast<double>(std::count(used.begin(), used.end(), true));
-    p.persistent.runtime = runtime_reserved_bytes(s.spec, s.hardware) + communicators * comm_buffer_bytes(s.spec, s.hardware);
+    p.persistent.runtime = runtime;
+    for (const auto& k : kinds) {
+      if (!k.empty()) p.persistent.runtime += comm_buffer_bytes(s.spec, s.hardware, {k.begin(), k.end()});
+    }
   }
   if (s.model.moe) {
     g.routing.emplace(s.spec.routing, s.model.moe->num_experts, s.model.moe->top_k, s.spec.parallel.ep,

@@ -174,20 +174,30 @@ std::optional<StackMemory> read_stack_memory(const InputText& calibration) {
   const nlohmann::json& m = root["memory_overhead"];
   if (!m.is_object()) throw InputError(calibration.name, "/memory_overhead", "must be an object");
   for (const auto& [key, value] : m.items()) {
-    if (key != "runtime_bytes" && key != "communicator_bytes" && key != "samples") {
-      throw InputError(calibration.name, "/memory_overhead/" + key, "unknown key (known: communicator_bytes, runtime_bytes, samples)");
+    if (key != "runtime_bytes" && key != "communicator_bytes") {
+      throw InputError(calibration.name, "/memory_overhead/" + key, "unknown key (known: communicator_bytes, runtime_bytes)");
     }
   }
-  auto bytes = [&](const char* key) {
-    const std::string path = std::string("/memory_overhead/") + key;
-    if (!m.contains(key)) throw InputError(calibration.name, path, "required");
-    const nlohmann::json& v = m[key];
+  auto bytes = [&](const nlohmann::json& v, const std::string& path) {
     if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0) {
       throw InputError(calibration.name, path, "must be a finite number of bytes >= 0");
     }
     return v.get<double>();
   };
-  return StackMemory{bytes("runtime_bytes"), bytes("communicator_bytes")};
+  StackMemory out;
+  if (!m.contains("runtime_bytes")) throw InputError(calibration.name, "/memory_overhead/runtime_bytes", "required");
+  out.runtime_bytes = bytes(m["runtime_bytes"], "/memory_overhead/runtime_bytes");
+  if (!m.contains("communicator_bytes") || !m["communicator_bytes"].is_object()) {
+    throw InputError(calibration.name, "/memory_overhead/communicator_bytes", "required: an object of bytes by collective kind");
+  }
+  for (const auto& [kind, value] : m["communicator_bytes"].items()) {
+    const std::string path = "/memory_overhead/communicator_bytes/" + kind;
+    if (kind != "all_gather" && kind != "reduce_scatter" && kind != "all_reduce" && kind != "all_to_all") {
+      throw InputError(calibration.name, path, "unknown collective (known: all_gather, all_reduce, all_to_all, reduce_scatter)");
+    }
+    out.communicator_bytes[kind] = bytes(value, path);
+  }
+  return out;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -105,11 +106,12 @@ struct EfficiencySpec {
 };
 
 // Device memory the software stack holds, as `moesim calibrate` measured it on this hardware (the
-// calibration file's `memory_overhead`): the CUDA context with its libraries, and what one
-// collective-library communicator adds once it has run every collective kind.
+// calibration file's `memory_overhead`): the CUDA context with its libraries, and what a
+// collective-library communicator holds once it has run one collective kind (all_gather,
+// reduce_scatter, all_reduce, all_to_all) at every size.
 struct StackMemory {
   double runtime_bytes = 0;
-  double communicator_bytes = 0;
+  std::map<std::string, double> communicator_bytes;  // by collective kind
 };
 
 struct HardwareSpec {

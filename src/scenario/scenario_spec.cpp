@@ -273,9 +273,18 @@ double runtime_reserved_bytes(const ScenarioSpec& spec, const HardwareSpec& hard
   return hardware.stack_memory ? hardware.stack_memory->runtime_bytes : kDefaultRuntimeReserved;
 }
 
-double comm_buffer_bytes(const ScenarioSpec& spec, const HardwareSpec& hardware) {
+double comm_buffer_bytes(const ScenarioSpec& spec, const HardwareSpec& hardware, const std::vector<std::string>& kinds) {
   if (spec.memory.comm_buffer_per_group) return spec.memory.comm_buffer_per_group->value;
-  return hardware.stack_memory ? hardware.stack_memory->communicator_bytes : kDefaultCommBufferPerGroup;
+  if (!hardware.stack_memory || hardware.stack_memory->communicator_bytes.empty()) return kDefaultCommBufferPerGroup;
+  const auto& measured = hardware.stack_memory->communicator_bytes;
+  double largest = 0;
+  for (const auto& [kind, bytes] : measured) largest = std::max(largest, bytes);
+  double out = 0;
+  for (const std::string& kind : kinds) {
+    const auto it = measured.find(kind);
+    out = std::max(out, it == measured.end() ? largest : it->second);
+  }
+  return out;
 }
 
 std::vector<FieldRow> describe_scenario_fields() { return FieldDescriber::describe<ScenarioSpec>(); }

@@ -217,7 +217,11 @@ Scenario load_scenario(const InputText& input);
 inline constexpr double kDefaultRuntimeReserved = 1e9;
 inline constexpr double kDefaultCommBufferPerGroup = 128.0 * (1 << 20);
 double runtime_reserved_bytes(const ScenarioSpec& spec, const HardwareSpec& hardware);
-double comm_buffer_bytes(const ScenarioSpec& spec, const HardwareSpec& hardware);
+// One communicator that runs the collective kinds `kinds` (all_gather, reduce_scatter,
+// all_reduce, all_to_all; point-to-point counts as all_to_all): measured, the largest of the
+// kinds' (their buffers are shared, the largest set is what stays); a kind not measured counts
+// as the largest measured one.
+double comm_buffer_bytes(const ScenarioSpec& spec, const HardwareSpec& hardware, const std::vector<std::string>& kinds);
 std::vector<FieldRow> describe_scenario_fields();
 // A routing histogram file: {"tokens_per_expert": [one non-negative number per expert]}.
 std::vector<double> load_routing_histogram(const InputText& input, const ModelSpec& model);

@@ -115,7 +115,7 @@ TEST_CASE("the reader takes the tables it knows and names the file and JSON path
   expect_error(j, "/version", "unsupported version");
   j = sample_calibration();
   j["version"] = 2;  // memory_overhead came with version 3
-  j["memory_overhead"] = {{"runtime_bytes", 5e8}, {"communicator_bytes", 8e8}};
+  j["memory_overhead"] = {{"runtime_bytes", 5e8}, {"communicator_bytes", {{"all_gather", 8e8}}}};
   expect_error(j, "/memory_overhead", "unknown key");
   j["version"] = 3;
   CHECK_NOTHROW(load_calibration(text(j)));
@@ -300,38 +300,43 @@ TEST_CASE("version 2 attention tables: read, checked, and used per kind and phas
 TEST_CASE("the software stack's measured memory reaches the step graph unless the scenario sets it") {
   json cal = sample_calibration();
   cal["version"] = 3;
-  cal["memory_overhead"] = {{"runtime_bytes", 5.5e8}, {"communicator_bytes", 7.9e8}};
+  cal["memory_overhead"] = {{"runtime_bytes", 5.5e8},
+                            {"communicator_bytes", {{"all_gather", 6e8}, {"reduce_scatter", 5e8}, {"all_to_all", 7e8}}}};
   const HardwareSpec hw = hardware_with(cal);
   REQUIRE(hw.stack_memory);
   CHECK(hw.stack_memory->runtime_bytes == 5.5e8);
-  CHECK(hw.stack_memory->communicator_bytes == 7.9e8);
+  CHECK(hw.stack_memory->communicator_bytes.at("all_gather") == 6e8);
   ScenarioSpec spec;
   CHECK(runtime_reserved_bytes(spec, hw) == 5.5e8);
-  CHECK(comm_buffer_bytes(spec, hw) == 7.9e8);
+  // An FSDP communicator (all-gather + reduce-scatter) holds the larger set of buffers; EP's
+  // all-to-all its own; a kind not measured counts as the largest measured.
+  CHECK(comm_buffer_bytes(spec, hw, {"all_gather", "reduce_scatter"}) == 6e8);
+  CHECK(comm_buffer_bytes(spec, hw, {"all_to_all"}) == 7e8);
+  CHECK(comm_buffer_bytes(spec, hw, {"all_reduce"}) == 7e8);
   spec.memory.runtime_reserved = Bytes{2e9};
   spec.memory.comm_buffer_per_group = Bytes{1e8};
   CHECK(runtime_reserved_bytes(spec, hw) == 2e9);
-  CHECK(comm_buffer_bytes(spec, hw) == 1e8);
+  CHECK(comm_buffer_bytes(spec, hw, {"all_to_all"}) == 1e8);
   // Without a measurement: the assumptions.
   const HardwareSpec plain = load_hardware(read_input("h200-hgx", "hardware", "HARDWARE"));
   CHECK(runtime_reserved_bytes(ScenarioSpec{}, plain) == kDefaultRuntimeReserved);
-  CHECK(comm_buffer_bytes(ScenarioSpec{}, plain) == kDefaultCommBufferPerGroup);
+  CHECK(comm_buffer_bytes(ScenarioSpec{}, plain, {"all_gather"}) == kDefaultCommBufferPerGroup);
 
-  cal["memory_overhead"]["runtime_bytes"] = -1;
-  try {
-    (void)hardware_with(cal);
-    FAIL("no error");
-  } catch (const InputError& e) {
-    CHECK(e.file().ends_with("calibration/test.json"));
-    CHECK(e.path() == "/memory_overhead/runtime_bytes");
-  }
-  cal["memory_overhead"] = {{"runtime_bytes", 1e9}, {"comm_bytes", 1e8}};
-  try {
-    (void)hardware_with(cal);
-    FAIL("no error");
-  } catch (const InputError& e) {
-    CHECK(e.path() == "/memory_overhead/comm_bytes");
-  }
+  auto expect_bad = [&](const json& overhead, const std::string& path) {
+    json bad = cal;
+    bad["memory_overhead"] = overhead;
+    try {
+      (void)hardware_with(bad);
+      FAIL("no error for " << path);
+    } catch (const InputError& e) {
+      CHECK(e.file().ends_with("calibration/test.json"));
+      CHECK(e.path() == path);
+    }
+  };
+  expect_bad({{"runtime_bytes", -1}, {"communicator_bytes", json::object()}}, "/memory_overhead/runtime_bytes");
+  expect_bad({{"runtime_bytes", 1e9}, {"comm_bytes", 1e8}}, "/memory_overhead/comm_bytes");
+  expect_bad({{"runtime_bytes", 1e9}}, "/memory_overhead/communicator_bytes");
+  expect_bad({{"runtime_bytes", 1e9}, {"communicator_bytes", {{"broadcast", 1e8}}}}, "/memory_overhead/communicator_bytes/broadcast");
 }
 
 TEST_CASE("a bad calibration file is an input error naming that file") {

@@ -358,8 +358,6 @@ json bench_host_copy(Context& cx) {
   return {{"h2d", table("bytes", "bytes_per_s", h2d)}, {"d2h", table("bytes", "bytes_per_s", d2h)}};
 }
 
-// Collectives over the first n GPUs for each n in 2, 4, 8, ... up to the GPUs present. Each repeat
-// is timed per rank between events on its stream; a repeat's time is the slowest rank's.
 // Device memory in use on `device` (cudaMemGetInfo), after creating its context if needed.
 double used_bytes(int device) {
   MOESIM_CUDA_CHECK(cudaSetDevice(device));
@@ -369,10 +367,12 @@ double used_bytes(int device) {
   return static_cast<double>(total_b - free_b);
 }
 
-// Collectives per kind and group size. `communicator_bytes` gets, per GPU of the first group,
-// what its NCCL communicator holds once it has run every kind at every size: the growth of the
-// device's memory over the group's life, less the benchmark's own send and receive buffers.
-json bench_collectives(Context& cx, int num_gpus, std::vector<double>& communicator_bytes) {
+// Collectives over the first n GPUs for each n in 2, 4, 8, ... up to the GPUs present. Each repeat
+// is timed per rank between events on its stream; a repeat's time is the slowest rank's. Each kind
+// runs on a communicator of its own, and for the first group size `communicator_bytes[kind]` gets
+// what that communicator holds once it has run the kind at every size: the growth of device
+// memory over the communicator's life, the largest over the GPUs.
+json bench_collectives(Context& cx, int num_gpus, std::map<std::string, double>& communicator_bytes) {
   json out = json::object();
   if (num_gpus < 2) return out;
   const std::vector<double> sizes = cx.opt.quick ? std::vector<double>{1 << 20, 256 << 20}
@@ -382,9 +382,6 @@ json bench_collectives(Context& cx, int num_gpus, std::vector<double>& communica
   for (int n = 2; n <= num_gpus; n *= 2) {
     std::vector<int> devices(static_cast<size_t>(n));
     std::iota(devices.begin(), devices.end(), 0);
-    std::vector<double> before;
-    for (int r = 0; r < n; ++r) before.push_back(used_bytes(r));
-    NcclGroup group(devices);
     const auto max_bytes = static_cast<size_t>(sizes.back());
     std::vector<DeviceBuffer<uint16_t>> send, recv;
     for (int r = 0; r < n; ++r) {
@@ -401,6 +398,9 @@ json bench_collectives(Context& cx, int num_gpus, std::vector<double>& communica
       rp.push_back(recv[static_cast<size_t>(r)].data());
     }
     for (const std::string kind : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}) {
+      std::vector<double> before;
+      for (int r = 0; r < n; ++r) before.push_back(used_bytes(r));
+      NcclGroup group(devices);
       std::map<double, std::vector<double>> by_x;
       json samples = json::array();
       for (double bytes : sizes) {
@@ -464,12 +464,11 @@ json bench_collectives(Context& cx, int num_gpus, std::vector<double>& communica
       tb["samples"] = samples;
       out[kind][std::to_string(n)] = tb;
       cx.log("collectives: " + kind + " over " + std::to_string(n) + " GPUs done");
-    }
-    if (communicator_bytes.empty()) {
-      group.synchronize();
-      const double buffers = 2.0 * static_cast<double>(max_bytes / 2) * sizeof(uint16_t);  // send + receive
-      for (int r = 0; r < n; ++r) {
-        communicator_bytes.push_back(std::max(0.0, used_bytes(r) - before[static_cast<size_t>(r)] - buffers));
+      if (n == 2) {
+        group.synchronize();
+        double grown = 0;
+        for (int r = 0; r < n; ++r) grown = std::max(grown, used_bytes(r) - before[static_cast<size_t>(r)]);
+        communicator_bytes[kind] = std::max(0.0, grown);
       }
     }
   }
@@ -616,16 +615,13 @@ CalibrationRun run_calibration(const CalibrateOptions& options) {
   const json attention = bench_attention(cx);
   MOESIM_CUDA_CHECK(cudaStreamSynchronize(cx.stream));
   MOESIM_CUDA_CHECK(cudaStreamDestroy(cx.stream));
-  std::vector<double> communicator_bytes;
+  std::map<std::string, double> communicator_bytes;
   const json collectives = bench_collectives(cx, num_gpus, communicator_bytes);
-  json memory_overhead = {{"runtime_bytes", runtime_bytes},
-                          {"communicator_bytes", communicator_bytes.empty() ? 0.0
-                                                                             : *std::max_element(communicator_bytes.begin(),
-                                                                                                 communicator_bytes.end())},
-                          {"samples", {{"runtime_bytes_device0", runtime_bytes}, {"communicator_bytes_per_gpu", communicator_bytes}}}};
+  const json memory_overhead = {{"runtime_bytes", runtime_bytes}, {"communicator_bytes", communicator_bytes}};
   if (!communicator_bytes.empty()) {
-    cx.summary += fmt("\nSoftware stack memory: CUDA context %.3f GB; one NCCL communicator after every collective kind %.3f GB per GPU\n",
-                      runtime_bytes / 1e9, memory_overhead["communicator_bytes"].get<double>() / 1e9);
+    cx.summary += fmt("\nSoftware stack memory: CUDA context %.3f GB; an NCCL communicator (2 GPUs) after running only", runtime_bytes / 1e9);
+    for (const auto& [kind, bytes] : communicator_bytes) cx.summary += " " + kind + fmt(" %.3f GB,", bytes / 1e9);
+    cx.summary.back() = '\n';
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   json root = {

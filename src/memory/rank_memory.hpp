@@ -66,7 +66,7 @@ class RankMemoryLedger {
 
   std::vector<Pending> pending_;
   Picoseconds pending_time_ = 0;
-  SlabAllocator slab_;
+  SlabAllocator slab_{false};
   static constexpr SlabAllocator::Handle kNotPlaced = UINT32_MAX;
   std::vector<SlabAllocator::Handle> block_;  // per buffer of the program, its block while in HBM
   double hbm_ = 0;

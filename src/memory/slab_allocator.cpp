@@ -17,9 +17,11 @@ uint32_t SlabAllocator::new_node() {
     const uint32_t id = spare_.back();
     spare_.pop_back();
     nodes_[id] = Node{};
+    if (track_) released_[id] = {};
     return id;
   }
   nodes_.emplace_back();
+  if (track_) released_.emplace_back();
   return static_cast<uint32_t>(nodes_.size() - 1);
 }
 
@@ -42,7 +44,9 @@ void SlabAllocator::absorb_next(uint32_t id) {
   Node& a = nodes_[id];
   const uint32_t nid = a.next;
   const Node& b = nodes_[nid];
-  for (size_t q = 0; q < a.released.size(); ++q) a.released[q] = std::max(a.released[q], b.released[q]);
+  if (track_) {
+    for (size_t q = 0; q < released_[id].size(); ++q) released_[id][q] = std::max(released_[id][q], released_[nid][q]);
+  }
   a.last_release_op = std::max(a.last_release_op, b.last_release_op);
   a.size += b.size;
   a.next = b.next;
@@ -84,7 +88,7 @@ SlabAllocator::Placement SlabAllocator::place(uint64_t bytes, uint32_t op) {
   Placement out;
   out.block = id;
   out.offset = nodes_[id].offset;
-  out.reuses = nodes_[id].released;
+  if (track_) out.reuses = released_[id];
   if (nodes_[id].size > bytes) {
     // The rest stays free and keeps its release history.
     const uint32_t rid = new_node();
@@ -92,7 +96,7 @@ SlabAllocator::Placement SlabAllocator::place(uint64_t bytes, uint32_t op) {
     Node& r = nodes_[rid];
     r.offset = n.offset + bytes;
     r.size = n.size - bytes;
-    r.released = n.released;
+    if (track_) released_[rid] = released_[id];
     r.last_release_op = n.last_release_op;
     r.prev = id;
     r.next = n.next;
@@ -104,7 +108,7 @@ SlabAllocator::Placement SlabAllocator::place(uint64_t bytes, uint32_t op) {
   }
   Node& n = nodes_[id];
   n.live = true;
-  n.released = {};
+  if (track_) released_[id] = {};
   n.last_release_op = -1;
   live_ += bytes;
   high_ = std::max(high_, top_);
@@ -117,7 +121,7 @@ void SlabAllocator::release(Handle block, uint32_t op, int queue, int32_t place)
   Node& n = nodes_[id];
   n.live = false;
   live_ -= n.size;
-  if (queue >= 0 && queue < kNumQueues) n.released[static_cast<size_t>(queue)] = place;
+  if (track_ && queue >= 0 && queue < kNumQueues) released_[id][static_cast<size_t>(queue)] = place;
   n.last_release_op = op;
   if (n.next != kNone && !nodes_[n.next].live) {
     unmark_free(n.next);

@@ -35,6 +35,10 @@ class SlabAllocator {
     QueueClock reuses{};  // per queue, the latest op whose release this block's memory comes from
   };
 
+  // `track_reuse`: keep per block which releases its memory comes from (Placement::reuses);
+  // without it `reuses` stays empty and the blocks are smaller (the engine's many ranks).
+  explicit SlabAllocator(bool track_reuse = true) : track_(track_reuse) {}
+
   // Places a block of `bytes` (a multiple of kSlabAlignment, > 0) for op `op`.
   Placement place(uint64_t bytes, uint32_t op);
   // Releases a placed block, by op `op`, which is at 1-based place `place` of `queue` (queue -1:
@@ -53,7 +57,6 @@ class SlabAllocator {
     uint32_t free_slot = kNone;           // index in free_ while free
     bool live = false;
     int64_t last_release_op = -1;         // the latest op (program order) whose release this memory holds
-    QueueClock released{};
   };
 
   uint32_t new_node();
@@ -62,7 +65,9 @@ class SlabAllocator {
   void unmark_free(uint32_t id);
   void absorb_next(uint32_t id);  // merges the (free) next node into the (free) node `id`
 
+  bool track_;
   std::vector<Node> nodes_;
+  std::vector<QueueClock> released_;  // per node when tracking: per queue, the latest release its memory holds
   std::vector<uint32_t> spare_;  // unused node ids
   std::vector<uint32_t> free_;   // free blocks
   uint32_t last_ = kNone;        // the block at the top

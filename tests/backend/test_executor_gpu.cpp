@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The executor on real GPUs (exit 77 without one, via gpu_main.cpp): the calibration scenario for
 // the GPUs present runs, its timeline keeps the execution contract (stream order, explicit
-// dependencies, every op timed once), and the pool's used-memory watermark matches the buffer
-// plan's program-order peak.
+// dependencies, every op timed once), and the memory it reports holds together (the slab covers
+// the tensors live at once, the device holds persistent state and the slab).
 #include <doctest/doctest.h>
 
 #include <map>

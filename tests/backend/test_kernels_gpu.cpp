@@ -576,6 +576,20 @@ TEST_CASE("AdamW: three steps against the double-precision update") {
   check_f32("adamw v", v.download(), st.v, [&](size_t i) { return 16 * u32 * (std::abs(st.v[i]) + 0.01); });
   check_bf16("adamw bf16 params", param.download(), st.master,
              [&](size_t i) { return u16 * std::abs(st.master[i]) + bound(i); });
+
+  // Without a BF16 copy (FSDP2 mixed precision): the same FP32 update, nothing else written.
+  auto master2 = to_device(w0);
+  m.fill_bytes(0);
+  v.fill_bytes(0);
+  const auto g = random_f32(n, -0.1, 0.1);
+  auto dg = to_device(g);
+  cfg.step = 1;
+  adamw_step(master2.data(), dg.data(), m.data(), v.data(), nullptr, static_cast<int64_t>(n), cfg, nullptr);
+  device_sync();
+  ref::AdamWState st2{as_double(w0), std::vector<double>(n, 0.0), std::vector<double>(n, 0.0)};
+  ref::adamw_step(st2, g, cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, 1);
+  check_f32("adamw master, no bf16 copy", master2.download(), st2.master,
+            [&](size_t i) { return 8 * u32 * std::abs(st2.master[i]) + cfg.lr * 32 * u32 * 2; });
 }
 
 TEST_CASE("LoRA adapter: y += scale (x A^T) B^T") {

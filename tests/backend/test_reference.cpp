@@ -163,3 +163,52 @@ TEST_CASE("AdamW's first step moves each weight by lr (sign(g) + wd w) when eps 
   CHECK(s.m[0] == doctest::Approx(0.05));
   CHECK(s.v[1] == doctest::Approx(0.05 * 0.0625));
 }
+
+TEST_CASE("embedding references: gather clamps ids; scatter-add is the gather's adjoint") {
+  // table rows [10, 11], [20, 21], [30, 31]; ids -1 and 5 clamp to the first and last rows.
+  std::vector<bf16_bits> table;
+  for (float v : {10.f, 11.f, 20.f, 21.f, 30.f, 31.f}) table.push_back(float_to_bf16(v));
+  const std::vector<int32_t> ids = {1, -1, 5, 1};
+  CHECK(ref::gather_rows(table, ids, 2, 3) == std::vector<double>{20, 21, 10, 11, 30, 31, 20, 21});
+  std::vector<bf16_bits> dy;
+  for (float v : {1.f, 2.f, 3.f, 4.f, 5.f, 6.f, 7.f, 8.f}) dy.push_back(float_to_bf16(v));
+  const std::vector<float> grad0(6, 0.5f);
+  CHECK(ref::scatter_add_rows(grad0, dy, ids, 2, 3) == std::vector<double>{3.5, 4.5, 8.5, 10.5, 5.5, 6.5});
+  // <gather(T), dY> = <T, scatter_add(0, dY)>
+  const auto g = ref::gather_rows(table, ids, 2, 3);
+  const auto s = ref::scatter_add_rows(std::vector<float>(6, 0.f), dy, ids, 2, 3);
+  double lhs = 0, rhs = 0;
+  for (size_t i = 0; i < g.size(); ++i) lhs += g[i] * bf16_to_float(dy[i]);
+  for (size_t i = 0; i < s.size(); ++i) rhs += s[i] * bf16_to_float(table[i]);
+  CHECK(lhs == doctest::Approx(rhs));
+}
+
+TEST_CASE("short convolution: a unit tap shifts; the transposed convolution is the adjoint") {
+  const int64_t rows = 5, channels = 2;
+  const int width = 3;
+  std::vector<bf16_bits> x, w;
+  for (int i = 0; i < rows * channels; ++i) x.push_back(float_to_bf16(static_cast<float>(i + 1)));
+  // Channel 0: tap 1 (one step back in time); channel 1: tap 0 (identity).
+  for (float v : {0.f, 1.f, 0.f, 1.f, 0.f, 0.f}) w.push_back(float_to_bf16(v));
+  const auto y = ref::short_conv(x, w, rows, channels, width, false);
+  CHECK(y == std::vector<double>{0, 2, 1, 4, 3, 6, 5, 8, 7, 10});
+  // <conv(x), z> = <x, conv^T(z)> for any z, with random taps.
+  std::vector<bf16_bits> wr, z;
+  for (int i = 0; i < channels * width; ++i) wr.push_back(float_to_bf16(0.25f * static_cast<float>(i) - 0.5f));
+  for (int i = 0; i < rows * channels; ++i) z.push_back(float_to_bf16(static_cast<float>((i * 7) % 5) - 2.f));
+  const auto cx = ref::short_conv(x, wr, rows, channels, width, false);
+  const auto ctz = ref::short_conv(z, wr, rows, channels, width, true);
+  double lhs = 0, rhs = 0;
+  for (size_t i = 0; i < cx.size(); ++i) lhs += cx[i] * bf16_to_float(z[i]);
+  for (size_t i = 0; i < ctz.size(); ++i) rhs += ctz[i] * bf16_to_float(x[i]);
+  CHECK(lhs == doctest::Approx(rhs));
+}
+
+TEST_CASE("Attention Residuals mix: weights sum the sources; the backward is the adjoint") {
+  std::vector<bf16_bits> x;
+  for (float v : {1.f, 2.f, 10.f, 20.f}) x.push_back(float_to_bf16(v));  // 2 sources of 2 elements
+  const std::vector<float> a = {0.5f, 0.25f};
+  CHECK(ref::residual_mix(x, a, 2) == std::vector<double>{3.0, 6.0});
+  std::vector<bf16_bits> dy = {float_to_bf16(4.f), float_to_bf16(-8.f)};
+  CHECK(ref::residual_mix_backward(dy, a) == std::vector<double>{2, -4, 1, -2});
+}

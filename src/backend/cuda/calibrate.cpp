@@ -480,8 +480,9 @@ json bench_collectives(Context& cx, int num_gpus, std::map<std::string, double>&
 // `validate` issue), on the ops of a step graph, so that each measurement is divided by the very
 // `flops` the simulator charges for that op. The graph is the 1-GPU K3 slice scenario
 // (scenarios/calibration/k3-slice-1gpu.json: K3's per-rank attention heads at TP 1 - MLA 96 heads,
-// DSA indexer 64 x 128 top-2048 in BF16, KDA 96 x 128 chunk 64) with one micro-batch of one
-// sequence of each grid length. The grid leaves out 8192, the calibration scenarios' own length, so
+// DSA indexer 64 x 128 top-2048 in BF16, KDA 96 x 128 chunk 64) as full fine-tuning (under LoRA
+// the DSA indexer is frozen and has no backward op to time) with one micro-batch of one sequence
+// of each grid length. The grid leaves out 8192, the calibration scenarios' own length, so
 // `validate` checks the tables on a held-out shape. Forward kernels are timed on the fwd op (the
 // recompute op is the same launch), backward kernels on the bwd op.
 constexpr const char* kAttentionScenario = "scenarios/calibration/k3-slice-1gpu.json";
@@ -501,6 +502,8 @@ json bench_attention(Context& cx) {
     sj["batch"]["sequence_length"] = seq;
     sj["batch"]["global_batch_size"] = 1;
     sj["batch"]["micro_batch_size"] = 1;
+    sj["training"].erase("lora");
+    sj["training"]["mode"] = "full_finetune";
     const Scenario sc = load_scenario(InputText{base.name, sj.dump(), base.embedded});
     const StepGraph g = build_step_graph(sc);
     const Program& p = g.programs[static_cast<size_t>(g.plan.program_of(0))];

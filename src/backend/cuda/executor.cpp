@@ -365,9 +365,11 @@ void setup_rank(RankState& r, const Scenario& sc, const StepGraph& g) {
   r.run.persistent_bytes = pm.params + pm.master_params + pm.grads + pm.optimizer_states;
   r.run.program_order_peak_bytes += r.run.persistent_bytes;
   const auto half_states = static_cast<int64_t>(pm.optimizer_states / 8);
-  r.optimizer = OptimizerState{master, grads, states, states ? states + half_states : nullptr, params,
-                               std::min({static_cast<int64_t>(pm.master_params / 4), static_cast<int64_t>(pm.grads / 4),
-                                         half_states, static_cast<int64_t>(pm.params / 2)})};
+  // The BF16 working copy is persistent only when the plan keeps one (frozen or LoRA bases);
+  // full training with FSDP2 casts the FP32 master when gathering.
+  int64_t capacity = std::min({static_cast<int64_t>(pm.master_params / 4), static_cast<int64_t>(pm.grads / 4), half_states});
+  if (params) capacity = std::min(capacity, static_cast<int64_t>(pm.params / 2));
+  r.optimizer = OptimizerState{master, grads, states, states ? states + half_states : nullptr, params, capacity};
   cudaStream_t s0 = r.streams[kComputeQueue];
   fill_random(params, static_cast<size_t>(pm.params), 11, s0);
   fill_random(master, static_cast<size_t>(pm.master_params), 12, s0);

@@ -72,6 +72,8 @@ struct AdamWConfig {
   double weight_decay = 0.1;
   int64_t step = 1;  // 1-based, for the bias corrections
 };
+// `param` (the BF16 working copy) may be null: with FSDP2 mixed precision the BF16 weights are
+// cast when gathered, not kept.
 void adamw_step(float* master, const float* grad, float* m, float* v, bf16* param, int64_t n, const AdamWConfig& cfg,
                 cudaStream_t stream);
 

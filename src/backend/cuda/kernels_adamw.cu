@@ -25,7 +25,7 @@ __global__ void adamw_kernel(float* __restrict__ master, const float* __restrict
     float w = master[i];
     w -= a.lr * (mi * a.inv_bc1 / (sqrtf(vi * a.inv_bc2) + a.eps) + a.weight_decay * w);
     master[i] = w;
-    param[i] = detail::to_bf(w);
+    if (param) param[i] = detail::to_bf(w);
   }
 }
 

@@ -357,7 +357,15 @@ class Launcher {
   }
 
   void embedding() {
-    if (bwd()) no_kernel(p_, op_, "a trainable embedding's backward (scatter-add) has no kernel yet");
+    if (bwd()) {
+      // The table's gradient [vocab, d] in FP32, accumulated row by row from the output gradient.
+      const TensorDesc& dy_desc = p_.inputs(op_).front();
+      const int64_t rows = dy_desc.shape[0], d = cols_of(dy_desc), vocab = model().vocab_size;
+      auto* dy = in<uint16_t>(rows * d);
+      auto* grad = out<float>(vocab * d);
+      if (live()) exec_kernels::scatter_add_rows(dy, e_.tables.token_ids, rows, d, vocab, grad, s());
+      return;
+    }
     const TensorDesc& y = p_.outputs(op_).front();
     const int64_t rows = y.shape[0], d = cols_of(y), vocab = model().vocab_size;
     auto* table = in<uint16_t>(vocab * d);

@@ -38,6 +38,19 @@ __global__ void gather_rows_kernel(const uint16_t* table, const int32_t* ids, in
   }
 }
 
+// grad[ids[r]] += dy[r] (ids clamped to the table; FP32 atomics: rows of one token add up).
+__global__ void scatter_add_rows_kernel(const uint16_t* dy, const int32_t* ids, int64_t rows, int64_t cols,
+                                        int64_t table_rows, float* grad) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    int64_t dst = ids[r];
+    dst = dst < 0 ? 0 : (dst >= table_rows ? table_rows - 1 : dst);
+    atomicAdd(grad + dst * cols + c, load(dy, i));
+  }
+}
+
 // y[t, c] = sum_j w[c, j] x[t - j, c] (causal, zero before the sequence start).
 __global__ void short_conv_kernel(const uint16_t* x, const uint16_t* w, int64_t rows, int64_t channels, int width,
                                   bool reverse, uint16_t* y) {
@@ -78,6 +91,12 @@ __global__ void mix_backward_kernel(const uint16_t* dy, const float* a, int sour
 void gather_rows(const uint16_t* table, const int32_t* ids, int64_t rows, int64_t cols, int64_t table_rows, uint16_t* out,
                  cudaStream_t stream) {
   gather_rows_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(table, ids, rows, cols, table_rows, out);
+  MOESIM_LAUNCH_CHECK();
+}
+
+void scatter_add_rows(const uint16_t* dy, const int32_t* ids, int64_t rows, int64_t cols, int64_t table_rows, float* grad,
+                      cudaStream_t stream) {
+  scatter_add_rows_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(dy, ids, rows, cols, table_rows, grad);
   MOESIM_LAUNCH_CHECK();
 }
 

@@ -134,6 +134,9 @@ namespace exec_kernels {
 // out[r] = table[ids[r]] (ids clamped to the table): the embedding lookup.
 void gather_rows(const uint16_t* table, const int32_t* ids, int64_t rows, int64_t cols, int64_t table_rows, uint16_t* out,
                  cudaStream_t stream);
+// grad[ids[r]] += dy[r] in FP32 (ids clamped to the table): the embedding table's gradient.
+void scatter_add_rows(const uint16_t* dy, const int32_t* ids, int64_t rows, int64_t cols, int64_t table_rows, float* grad,
+                      cudaStream_t stream);
 // Depthwise causal convolution of width `width` along rows (w [channels, width]); `transposed`
 // runs it backwards in time (the input gradient).
 void short_conv(const uint16_t* x, const uint16_t* w, int64_t rows, int64_t channels, int width, bool transposed,

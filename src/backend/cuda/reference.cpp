@@ -218,4 +218,66 @@ void adamw_step(AdamWState& s, std::span<const float> grad, double lr, double be
   }
 }
 
+namespace {
+int64_t clamp_row(int32_t id, int64_t rows) { return id < 0 ? 0 : (id >= rows ? rows - 1 : id); }
+}  // namespace
+
+std::vector<double> gather_rows(std::span<const bf16_bits> table, std::span<const int32_t> ids, int64_t cols,
+                                int64_t table_rows) {
+  std::vector<double> out(ids.size() * static_cast<size_t>(cols));
+  for (size_t r = 0; r < ids.size(); ++r) {
+    const int64_t src = clamp_row(ids[r], table_rows);
+    for (int64_t c = 0; c < cols; ++c) {
+      out[r * static_cast<size_t>(cols) + static_cast<size_t>(c)] = bf16_to_float(table[static_cast<size_t>(src * cols + c)]);
+    }
+  }
+  return out;
+}
+
+std::vector<double> scatter_add_rows(std::span<const float> grad, std::span<const bf16_bits> dy,
+                                     std::span<const int32_t> ids, int64_t cols, int64_t table_rows) {
+  std::vector<double> out(grad.begin(), grad.end());
+  for (size_t r = 0; r < ids.size(); ++r) {
+    const int64_t dst = clamp_row(ids[r], table_rows);
+    for (int64_t c = 0; c < cols; ++c) {
+      out[static_cast<size_t>(dst * cols + c)] += bf16_to_float(dy[r * static_cast<size_t>(cols) + static_cast<size_t>(c)]);
+    }
+  }
+  return out;
+}
+
+std::vector<double> short_conv(std::span<const bf16_bits> x, std::span<const bf16_bits> w, int64_t rows,
+                               int64_t channels, int width, bool transposed) {
+  std::vector<double> y(static_cast<size_t>(rows * channels), 0.0);
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t c = 0; c < channels; ++c) {
+      double acc = 0;
+      for (int j = 0; j < width; ++j) {
+        const int64_t s = transposed ? t + j : t - j;
+        if (s < 0 || s >= rows) continue;
+        acc += static_cast<double>(bf16_to_float(w[static_cast<size_t>(c * width + j)])) *
+               bf16_to_float(x[static_cast<size_t>(s * channels + c)]);
+      }
+      y[static_cast<size_t>(t * channels + c)] = acc;
+    }
+  }
+  return y;
+}
+
+std::vector<double> residual_mix(std::span<const bf16_bits> x, std::span<const float> a, int64_t n) {
+  std::vector<double> y(static_cast<size_t>(n), 0.0);
+  for (size_t s = 0; s < a.size(); ++s) {
+    for (int64_t i = 0; i < n; ++i) y[static_cast<size_t>(i)] += a[s] * static_cast<double>(bf16_to_float(x[s * static_cast<size_t>(n) + static_cast<size_t>(i)]));
+  }
+  return y;
+}
+
+std::vector<double> residual_mix_backward(std::span<const bf16_bits> dy, std::span<const float> a) {
+  std::vector<double> dx(a.size() * dy.size());
+  for (size_t s = 0; s < a.size(); ++s) {
+    for (size_t i = 0; i < dy.size(); ++i) dx[s * dy.size() + i] = a[s] * static_cast<double>(bf16_to_float(dy[i]));
+  }
+  return dx;
+}
+
 }  // namespace moesim::cuda::ref

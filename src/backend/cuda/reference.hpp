@@ -70,4 +70,18 @@ struct AdamWState {
 void adamw_step(AdamWState& s, std::span<const float> grad, double lr, double beta1, double beta2, double eps,
                 double weight_decay, int64_t step);
 
+// The executor's own kernels (op_kernels.hpp exec_kernels). Ids are clamped to the table.
+// out[r, c] = table[ids[r], c]
+std::vector<double> gather_rows(std::span<const bf16_bits> table, std::span<const int32_t> ids, int64_t cols,
+                                int64_t table_rows);
+// grad (table_rows x cols, FP32) after grad[ids[r]] += dy[r] for every row r.
+std::vector<double> scatter_add_rows(std::span<const float> grad, std::span<const bf16_bits> dy,
+                                     std::span<const int32_t> ids, int64_t cols, int64_t table_rows);
+// y[t, c] = sum_j w[c, j] x[t -/+ j, c] (transposed: +, the input gradient), zero outside the rows.
+std::vector<double> short_conv(std::span<const bf16_bits> x, std::span<const bf16_bits> w, int64_t rows,
+                               int64_t channels, int width, bool transposed);
+// y[i] = sum_s a[s] x[s n + i]; and its input gradients dx[s n + i] = a[s] dy[i].
+std::vector<double> residual_mix(std::span<const bf16_bits> x, std::span<const float> a, int64_t n);
+std::vector<double> residual_mix_backward(std::span<const bf16_bits> dy, std::span<const float> a);
+
 }  // namespace moesim::cuda::ref

@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: MIT
+// The executor's own kernels (op_kernels.hpp exec_kernels: the embedding gather and its
+// gradient's scatter-add, KDA's depthwise short convolution both ways, the Attention Residuals
+// mix and its gradient) against their CPU references (reference.hpp) on fresh random inputs;
+// outputs poisoned with NaN first, except the scatter-add, which accumulates onto random values.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+#include "backend/cuda/buffer.hpp"
+#include "backend/cuda/check.hpp"
+#include "backend/cuda/op_kernels.hpp"
+#include "backend/cuda/reference.hpp"
+#include "test_util.hpp"
+
+using namespace moesim::cuda;
+using namespace moesim::cuda::test;
+
+namespace {
+
+constexpr double u16 = kBf16Eps;
+constexpr double u32 = kFp32Eps;
+
+template <class T>
+DeviceBuffer<T> poisoned(size_t n) {
+  DeviceBuffer<T> b(n);
+  b.fill_bytes(0xFF);  // NaN in BF16 and FP32
+  return b;
+}
+
+void device_sync() { MOESIM_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+// Token ids over a small table, so that rows repeat (the scatter-add's atomics collide), with a
+// few out of range on both sides (clamped).
+std::vector<int32_t> random_ids(size_t n, int32_t table_rows) {
+  std::vector<int32_t> ids(n);
+  std::uniform_int_distribution<int32_t> d(-2, table_rows + 1);
+  for (auto& x : ids) x = d(rng());
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("embedding: gather rows, and the table gradient's scatter-add") {
+  const int64_t rows = 777, cols = 136, table_rows = 50;
+  const auto table = random_bf16(static_cast<size_t>(table_rows * cols));
+  const auto ids = random_ids(static_cast<size_t>(rows), static_cast<int32_t>(table_rows));
+  auto dtable = to_device(table);
+  auto dids = to_device(ids);
+  auto out = poisoned<bf16_bits>(static_cast<size_t>(rows * cols));
+  exec_kernels::gather_rows(dtable.data(), dids.data(), rows, cols, table_rows, out.data(), nullptr);
+  device_sync();
+  const auto gr = ref::gather_rows(table, ids, cols, table_rows);
+  check_bf16("gather", out.download(), gr, [](size_t) { return 0.0; });  // a copy: exact
+
+  const auto dy = random_bf16(static_cast<size_t>(rows * cols));
+  const auto grad0 = random_f32(static_cast<size_t>(table_rows * cols));
+  auto ddy = to_device(dy);
+  auto grad = to_device(grad0);
+  exec_kernels::scatter_add_rows(ddy.data(), dids.data(), rows, cols, table_rows, grad.data(), nullptr);
+  device_sync();
+  const auto sr = ref::scatter_add_rows(grad0, dy, ids, cols, table_rows);
+  // FP32 sums in any order: each addition rounds once, bounded by u32 x (number of terms) x the
+  // sum of magnitudes into that element.
+  std::vector<double> mag(grad0.begin(), grad0.end()), terms(grad0.size(), 1.0);
+  for (auto& m : mag) m = std::abs(m);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t dst = std::clamp<int64_t>(ids[static_cast<size_t>(r)], 0, table_rows - 1);
+    for (int64_t c = 0; c < cols; ++c) {
+      mag[static_cast<size_t>(dst * cols + c)] += std::abs(bf16_to_float(dy[static_cast<size_t>(r * cols + c)]));
+      terms[static_cast<size_t>(dst * cols + c)] += 1;
+    }
+  }
+  check_f32("scatter-add", grad.download(), sr, [&](size_t i) { return u32 * terms[i] * mag[i]; });
+}
+
+TEST_CASE("short convolution forward and transposed, widths 4 and 3") {
+  for (const int width : {4, 3}) {
+    CAPTURE(width);
+    const int64_t rows = 301, channels = 96;
+    const auto x = random_bf16(static_cast<size_t>(rows * channels));
+    const auto w = random_bf16(static_cast<size_t>(channels * width));
+    auto dx = to_device(x);
+    auto dw = to_device(w);
+    for (const bool transposed : {false, true}) {
+      CAPTURE(transposed);
+      auto y = poisoned<bf16_bits>(x.size());
+      exec_kernels::short_conv(dx.data(), dw.data(), rows, channels, width, transposed, y.data(), nullptr);
+      device_sync();
+      const auto yr = ref::short_conv(x, w, rows, channels, width, transposed);
+      // One BF16 rounding of an FP32 sum of `width` products of magnitude <= 1.
+      check_bf16("short conv", y.download(), yr, [&](size_t i) { return u16 * std::abs(yr[i]) + 2 * width * u32; });
+    }
+  }
+}
+
+TEST_CASE("Attention Residuals mix and its input gradients") {
+  const int64_t n = 5000;
+  for (const int sources : {1, 3, 8}) {
+    CAPTURE(sources);
+    const auto x = random_bf16(static_cast<size_t>(sources * n));
+    const auto a = random_f32(static_cast<size_t>(sources), 0, 1);
+    auto dxs = to_device(x);
+    auto da = to_device(a);
+    auto y = poisoned<bf16_bits>(static_cast<size_t>(n));
+    exec_kernels::residual_mix(dxs.data(), da.data(), sources, n, y.data(), nullptr);
+    const auto dy = random_bf16(static_cast<size_t>(n));
+    auto ddy = to_device(dy);
+    auto dx = poisoned<bf16_bits>(x.size());
+    exec_kernels::residual_mix_backward(ddy.data(), da.data(), sources, n, dx.data(), nullptr);
+    device_sync();
+    const auto yr = ref::residual_mix(x, a, n);
+    check_bf16("mix", y.download(), yr, [&](size_t i) { return u16 * std::abs(yr[i]) + 2 * sources * u32; });
+    const auto dxr = ref::residual_mix_backward(dy, a);
+    check_bf16("mix backward", dx.download(), dxr, [&](size_t i) { return u16 * std::abs(dxr[i]) + u32; });
+  }
+}

@@ -11,24 +11,13 @@
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/op_kernels.hpp"
 #include "backend/cuda/reference.hpp"
+#include "gpu_test_util.hpp"
 #include "test_util.hpp"
 
 using namespace moesim::cuda;
 using namespace moesim::cuda::test;
 
 namespace {
-
-constexpr double u16 = kBf16Eps;
-constexpr double u32 = kFp32Eps;
-
-template <class T>
-DeviceBuffer<T> poisoned(size_t n) {
-  DeviceBuffer<T> b(n);
-  b.fill_bytes(0xFF);  // NaN in BF16 and FP32
-  return b;
-}
-
-void device_sync() { MOESIM_CUDA_CHECK(cudaDeviceSynchronize()); }
 
 // Token ids over a small table, so that rows repeat (the scatter-add's atomics collide), with a
 // few out of range on both sides (clamped).

@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     sub->add_option("SCENARIO", run_opt.scenario, "Scenario file or shipped name")->required();
     sub->add_flag("--json", run_opt.json, "JSON output");
     sub->add_option("--trace", run_opt.trace, "Write a Chrome/Perfetto trace of the measured step (the simulator's format)");
-    sub->add_option("--steps", run_opt.steps, "Measured steps after one warm-up (the median is reported)")
+    sub->add_option("--steps", run_opt.steps, "Measured steps after two warm-up steps (the median is reported)")
         ->check(CLI::Range(int64_t{1}, int64_t{100}));
   }
 #endif

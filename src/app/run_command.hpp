@@ -18,7 +18,7 @@ struct RunCommand {
   std::string scenario;  // file or shipped name
   std::string trace;     // Chrome trace of the reported step (empty: none)
   bool json = false;
-  int64_t steps = 3;     // measured steps after one warm-up; the median step is reported
+  int64_t steps = 3;     // measured steps after the warm-up steps; the median step is reported
 };
 
 // Both return the text to print on stdout; bad input throws InputError.

@@ -14,7 +14,8 @@ RankMemoryLedger::RankMemoryLedger(double persistent) : hbm_(persistent) {
 }
 
 void RankMemoryLedger::apply(const Program& p, const Op& op, uint32_t op_index, bool at_start, Picoseconds t) {
-  bool moves_hbm = false;
+  if (op.num_effects > 0 && !pending_.empty() && t != pending_time_) place_pending();
+  pending_time_ = t;
   for (const MemEffect& e : p.effects_of(op)) {
     const Buffer& b = p.buffers[e.buffer];
     double dh = 0;  // the HBM change of this effect now
@@ -38,12 +39,10 @@ void RankMemoryLedger::apply(const Program& p, const Op& op, uint32_t op_index, 
     }
     hbm_ += dh;
     live_[static_cast<size_t>(b.category)] += dh;
-    moves_hbm = moves_hbm || dh != 0;
-  }
-  if (moves_hbm) {
-    if (!pending_.empty() && t != pending_time_) place_pending();
-    pending_.push_back({&p, op_index, at_start});
-    pending_time_ = t;
+    if (dh != 0) {
+      if (block_.size() < p.buffers.size()) block_.resize(p.buffers.size(), kNotPlaced);
+      pending_.push_back({&p, op_index, e.buffer, dh > 0});
+    }
   }
   if (hbm_ > m_.peak_hbm_bytes) {
     m_.peak_hbm_bytes = hbm_;
@@ -58,35 +57,27 @@ void RankMemoryLedger::apply(const Program& p, const Op& op, uint32_t op_index, 
 void RankMemoryLedger::place_pending() {
   // One instant's effects in program order, an op's allocations before its releases: what
   // plan_slab does with a timeline, so the engine's slab is plan_slab's on the engine's times.
-  if (pending_.size() > 1) {
-    std::sort(pending_.begin(), pending_.end(), [](const Pending& a, const Pending& b) {
-      return a.op != b.op ? a.op < b.op : a.at_start > b.at_start;
-    });
-  }
+  const auto before = [](const Pending& a, const Pending& b) {
+    return a.op != b.op ? a.op < b.op : a.takes > b.takes;
+  };
+  if (!std::is_sorted(pending_.begin(), pending_.end(), before)) std::stable_sort(pending_.begin(), pending_.end(), before);
   for (const Pending& x : pending_) {
-    const Program& p = *x.program;
-    const Op& op = p.ops[x.op];
-    if (block_.size() < p.buffers.size()) block_.resize(p.buffers.size(), kNotPlaced);
-    for (const MemEffect& e : p.effects_of(op)) {
-      const Buffer& b = p.buffers[e.buffer];
-      const bool takes = e.action == MemAction::alloc || e.action == MemAction::to_device;
-      const bool gives = e.action == MemAction::free || e.action == MemAction::to_host;
-      if (b.bytes <= 0 || !(x.at_start ? takes : gives)) continue;
-      if (x.at_start) {
-        if (block_[e.buffer] != kNotPlaced) {
-          throw std::logic_error("buffer '" + p.names[b.name] + "' placed again by op '" + p.name_of(op) + "'");
-        }
-        block_[e.buffer] = slab_.place(slab_block_bytes(b.bytes), x.op).block;
-      } else {
-        if (block_[e.buffer] == kNotPlaced) {
-          throw std::logic_error("buffer '" + p.names[b.name] + "' released by op '" + p.name_of(op) + "' but not placed");
-        }
-        slab_.release(block_[e.buffer], x.op, -1, 0);  // the engine needs no waits
-        block_[e.buffer] = kNotPlaced;
-      }
+    SlabAllocator::Handle& block = block_[x.buffer];
+    if (x.takes) {
+      if (block != kNotPlaced) throw std::logic_error(describe(x, "placed again by"));
+      block = slab_.place(slab_block_bytes(x.program->buffers[x.buffer].bytes), x.op).block;
+    } else {
+      if (block == kNotPlaced) throw std::logic_error(describe(x, "released but not placed, by"));
+      slab_.release(block, x.op, -1, 0);  // the engine needs no waits
+      block = kNotPlaced;
     }
   }
   pending_.clear();
+}
+
+std::string RankMemoryLedger::describe(const Pending& x, const std::string& what) {
+  const Program& p = *x.program;
+  return "buffer '" + p.names[p.buffers[x.buffer].name] + "' " + what + " op '" + p.name_of(p.ops[x.op]) + "'";
 }
 
 RankMemory RankMemoryLedger::finish(double fragmentation) {

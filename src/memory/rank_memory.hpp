@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 
+#include <string>
 #include <vector>
 
 #include "core/enum_names.hpp"
@@ -60,9 +61,11 @@ class RankMemoryLedger {
   struct Pending {
     const Program* program;
     uint32_t op;
-    bool at_start;
+    uint32_t buffer;
+    bool takes;  // placed (alloc, to_device) or released (free, to_host)
   };
   void place_pending();
+  static std::string describe(const Pending& x, const std::string& what);
 
   std::vector<Pending> pending_;
   Picoseconds pending_time_ = 0;

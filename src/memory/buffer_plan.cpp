@@ -2,9 +2,10 @@
 #include "memory/buffer_plan.hpp"
 
 #include <algorithm>
-#include <tuple>
+#include <array>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 namespace moesim {
 

@@ -14,8 +14,10 @@ RankMemoryLedger::RankMemoryLedger(double persistent) : hbm_(persistent) {
 }
 
 void RankMemoryLedger::apply(const Program& p, const Op& op, uint32_t op_index, bool at_start, Picoseconds t) {
-  if (op.num_effects > 0 && !pending_.empty() && t != pending_time_) place_pending();
-  pending_time_ = t;
+  if (op.num_effects > 0) {
+    if (!pending_.empty() && t != pending_time_) place_pending();  // an instant is complete
+    pending_time_ = t;
+  }
   for (const MemEffect& e : p.effects_of(op)) {
     const Buffer& b = p.buffers[e.buffer];
     double dh = 0;  // the HBM change of this effect now

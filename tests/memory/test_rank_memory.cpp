@@ -59,3 +59,33 @@ TEST_CASE("alloc, swap out and back, free: HBM and DDR at each step, the peak an
   CHECK(r.allocator_reserve_bytes == doctest::Approx(1536 - 1300 + 0.1 * 1536));
   CHECK(r.peak_hbm_bytes == doctest::Approx(1000 + 1536 + 0.1 * 1536));
 }
+
+TEST_CASE("the slab takes one instant at a time: a release at a later instant is not reused earlier") {
+  // X lives from op 0 to op 1's end (t = 20); Y is allocated at op 2's start (t = 10), while X is
+  // still in HBM, so Y needs memory of its own even though op 1 precedes op 2 in program order.
+  // An op without effects at t = 20 (op 3) must not merge the two instants.
+  Program p;
+  ProgramWriter w(p);
+  const uint32_t x = w.buffer(4096, MemCategory::activation, "x");
+  const uint32_t y = w.buffer(4096, MemCategory::activation, "y");
+  Op op;
+  const uint32_t make_x = w.add(op, "make_x");
+  w.effect(make_x, x, MemAction::alloc);
+  const uint32_t drop_x = w.add(op, "drop_x");
+  w.effect(drop_x, x, MemAction::free);
+  const uint32_t make_y = w.add(op, "make_y");
+  w.effect(make_y, y, MemAction::alloc);
+  w.effect(make_y, y, MemAction::free);
+  const uint32_t idle = w.add(op, "idle");
+
+  RankMemoryLedger m(0);
+  m.apply(p, p.ops[make_x], make_x, true, 0);
+  m.apply(p, p.ops[make_x], make_x, false, 5);
+  m.apply(p, p.ops[drop_x], drop_x, true, 5);
+  m.apply(p, p.ops[make_y], make_y, true, 10);
+  m.apply(p, p.ops[idle], idle, true, 20);
+  m.apply(p, p.ops[drop_x], drop_x, false, 20);
+  m.apply(p, p.ops[make_y], make_y, false, 30);
+  m.apply(p, p.ops[idle], idle, false, 30);
+  CHECK(m.finish(0).slab_bytes == 2 * 4096);
+}

@@ -322,6 +322,13 @@ TEST_CASE("the software stack's measured memory reaches the step graph unless th
   CHECK(runtime_reserved_bytes(ScenarioSpec{}, plain) == kDefaultRuntimeReserved);
   CHECK(comm_buffer_bytes(ScenarioSpec{}, plain, {"all_gather"}) == kDefaultCommBufferPerGroup);
 
+  // A one-GPU calibration measures the context only: communicators keep the default.
+  json one = cal;
+  one["memory_overhead"] = {{"runtime_bytes", 5.5e8}, {"communicator_bytes", json::object()}};
+  const HardwareSpec hw1 = hardware_with(one);
+  CHECK(runtime_reserved_bytes(ScenarioSpec{}, hw1) == 5.5e8);
+  CHECK(comm_buffer_bytes(ScenarioSpec{}, hw1, {"all_gather"}) == kDefaultCommBufferPerGroup);
+
   auto expect_bad = [&](const json& overhead, const std::string& path) {
     json bad = cal;
     bad["memory_overhead"] = overhead;

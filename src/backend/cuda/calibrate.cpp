@@ -620,7 +620,8 @@ CalibrationRun run_calibration(const CalibrateOptions& options) {
   MOESIM_CUDA_CHECK(cudaStreamDestroy(cx.stream));
   std::map<std::string, double> communicator_bytes;
   const json collectives = bench_collectives(cx, num_gpus, communicator_bytes);
-  const json memory_overhead = {{"runtime_bytes", runtime_bytes}, {"communicator_bytes", communicator_bytes}};
+  const json memory_overhead = {{"runtime_bytes", runtime_bytes},
+                                {"communicator_bytes", communicator_bytes.empty() ? json::object() : json(communicator_bytes)}};
   if (!communicator_bytes.empty()) {
     cx.summary += fmt("\nSoftware stack memory: CUDA context %.3f GB; an NCCL communicator (2 GPUs) after running only", runtime_bytes / 1e9);
     for (const auto& [kind, bytes] : communicator_bytes) cx.summary += " " + kind + fmt(" %.3f GB,", bytes / 1e9);
@@ -641,8 +642,9 @@ CalibrationRun run_calibration(const CalibrateOptions& options) {
       {"collectives", collectives},
       {"attention", attention},
   };
-  // With one GPU there is no communicator to measure: leave the key out rather than record 0.
-  if (!communicator_bytes.empty()) root["memory_overhead"] = memory_overhead;
+  // With one GPU there is no communicator to measure: communicator_bytes stays empty (the step
+  // graph then assumes the default per communicator), the context is still measured.
+  root["memory_overhead"] = memory_overhead;
   CalibrationRun run;
   run.json = root.dump(1) + "\n";
   run.summary = "Calibration on " + std::to_string(num_gpus) + " x " + dev.name + " (driver " + dev.driver + ", CUDA " +

@@ -104,8 +104,9 @@ struct Reader {
 
 }  // namespace
 
-Calibration load_calibration(const InputText& input) {
-  const json root = parse_json(input);
+Calibration load_calibration(const InputText& input) { return load_calibration(input, parse_json(input)); }
+
+Calibration load_calibration(const InputText& input, const json& root) {
   const Reader r{input.name};
   r.object(root, "");
   const int version = root.contains("version") && root["version"].is_number_integer() ? root["version"].get<int>() : 0;

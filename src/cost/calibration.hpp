@@ -57,5 +57,7 @@ bool is_calibrated_attention_kind(OpKind kind);
 
 // Reads and checks a calibration file; bad input throws InputError naming the file and JSON path.
 Calibration load_calibration(const InputText& input);
+// The same for a file already parsed (`root`; `input` names it in errors).
+Calibration load_calibration(const InputText& input, const nlohmann::json& root);
 
 }  // namespace moesim

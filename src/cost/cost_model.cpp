@@ -14,7 +14,10 @@ double CollectiveCost::seconds() const {
 }
 
 CostModel::CostModel(const HardwareSpec& hardware) : hw_(hardware) {
-  if (hw_.calibration_input) calibration_ = std::make_shared<const Calibration>(load_calibration(*hw_.calibration_input));
+  if (hw_.calibration_input) {
+    calibration_ = std::make_shared<const Calibration>(hw_.calibration_json ? load_calibration(*hw_.calibration_input, *hw_.calibration_json)
+                                                                            : load_calibration(*hw_.calibration_input));
+  }
 }
 
 double CostModel::peak(Dtype dtype) const {

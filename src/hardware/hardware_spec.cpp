@@ -168,8 +168,7 @@ void check(const std::string& file, const HardwareSpec& h) {
 }
 
 // The calibration file's `memory_overhead` (the rest of that file is the cost model's to read).
-std::optional<StackMemory> read_stack_memory(const InputText& calibration) {
-  const nlohmann::json root = parse_json(calibration);
+std::optional<StackMemory> read_stack_memory(const InputText& calibration, const nlohmann::json& root) {
   if (!root.is_object() || !root.contains("memory_overhead")) return std::nullopt;
   const nlohmann::json& m = root["memory_overhead"];
   if (!m.is_object()) throw InputError(calibration.name, "/memory_overhead", "must be an object");
@@ -209,7 +208,8 @@ HardwareSpec load_hardware(const InputText& input) {
   check(input.name, spec);
   if (spec.calibration) {
     spec.calibration_input = read_referenced(input, "/calibration", *spec.calibration, "hardware/calibration");
-    spec.stack_memory = read_stack_memory(*spec.calibration_input);
+    spec.calibration_json = std::make_shared<const nlohmann::json>(parse_json(*spec.calibration_input));
+    spec.stack_memory = read_stack_memory(*spec.calibration_input, *spec.calibration_json);
   }
   return spec;
 }

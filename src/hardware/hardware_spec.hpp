@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -123,8 +124,10 @@ struct HardwareSpec {
   FabricSpec fabric;
   EfficiencySpec efficiency;
   std::optional<std::string> calibration;  // path relative to the hardware file
-  std::optional<InputText> calibration_input;  // that file as read by load_hardware; parsed by the cost model
-  std::optional<StackMemory> stack_memory;      // the calibration file's memory_overhead, if it has one
+  std::optional<InputText> calibration_input;  // that file as read by load_hardware
+  // That file parsed once (load_hardware): the cost model reads its tables from it.
+  std::shared_ptr<const nlohmann::json> calibration_json;
+  std::optional<StackMemory> stack_memory;  // the calibration file's memory_overhead, if it has one
 };
 
 HardwareSpec load_hardware(const InputText& input);

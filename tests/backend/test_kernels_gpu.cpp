@@ -157,39 +157,11 @@ TEST_CASE("GEMM autotuning: the choice is never slower than the heuristic's firs
   (void)cudaEventDestroy(stop);
 }
 
-TEST_CASE("grouped GEMM: row counts of one power-of-two bucket reuse the tuned choice") {
-  Gemm gemm;
-  const int64_t n = 256, k = 384;
-  for (const std::vector<int32_t>& rows : {std::vector<int32_t>{40, 64, 33}, std::vector<int32_t>{50, 0, 63, 57}}) {
-    const int64_t total = std::accumulate(rows.begin(), rows.end(), int64_t{0});
-    const auto x = random_bf16(static_cast<size_t>(total * k));
-    const auto w = random_bf16(rows.size() * static_cast<size_t>(n * k));
-    auto dx = to_device(x);
-    auto dw = to_device(w);
-    auto dy = poisoned<bf16_bits>(static_cast<size_t>(total * n));
-    grouped_gemm(gemm, rows, n, k, Trans::transpose, dx.data(), dw.data(), n * k, dy.data(), nullptr);
-    device_sync();
-    std::vector<double> ref, mag;
-    int64_t off = 0;
-    for (size_t e = 0; e < rows.size(); ++e) {
-      const std::span<const bf16_bits> xe(x.data() + off * k, static_cast<size_t>(rows[e] * k));
-      const std::span<const bf16_bits> we(w.data() + e * static_cast<size_t>(n * k), static_cast<size_t>(n * k));
-      std::vector<double> me;
-      const auto re = ref::gemm(xe, we, rows[e], n, k, false, true, &me);
-      ref.insert(ref.end(), re.begin(), re.end());
-      mag.insert(mag.end(), me.begin(), me.end());
-      off += rows[e];
-      if (rows[e] > 0) CHECK(gemm.chosen_heuristic_index({rows[e], n, k, Trans::none, Trans::transpose, OutType::bf16}) >= 0);
-    }
-    check_bf16("grouped gemm (bucketed choice)", dy.download(), ref,
-               [&](size_t i) { return u16 * std::abs(ref[i]) + 2 * static_cast<double>(k) * u32 * mag[i]; });
-  }
-}
+namespace {
 
-TEST_CASE("grouped GEMM: uneven rows per expert, an expert with none") {
-  Gemm gemm;
-  const std::vector<int32_t> rows = {24, 0, 64, 8, 40};
-  const int64_t n = 96, k = 128;
+// Runs a grouped GEMM over experts with `rows` tokens each (y_e = x_e w_e^T) and checks it
+// against the reference, expert by expert.
+void check_grouped_gemm(Gemm& gemm, const std::vector<int32_t>& rows, int64_t n, int64_t k, const char* what) {
   const int64_t total = std::accumulate(rows.begin(), rows.end(), int64_t{0});
   const auto x = random_bf16(static_cast<size_t>(total * k));
   const auto w = random_bf16(rows.size() * static_cast<size_t>(n * k));
@@ -209,8 +181,26 @@ TEST_CASE("grouped GEMM: uneven rows per expert, an expert with none") {
     mag.insert(mag.end(), me.begin(), me.end());
     off += rows[e];
   }
-  check_bf16("grouped gemm", dy.download(), ref,
+  check_bf16(what, dy.download(), ref,
              [&](size_t i) { return u16 * std::abs(ref[i]) + 2 * static_cast<double>(k) * u32 * mag[i]; });
+}
+
+}  // namespace
+
+TEST_CASE("grouped GEMM: row counts of one power-of-two bucket reuse the tuned choice") {
+  Gemm gemm;
+  const int64_t n = 256, k = 384;
+  for (const std::vector<int32_t>& rows : {std::vector<int32_t>{40, 64, 33}, std::vector<int32_t>{50, 0, 63, 57}}) {
+    check_grouped_gemm(gemm, rows, n, k, "grouped gemm (bucketed choice)");
+    for (const int32_t r : rows) {
+      if (r > 0) CHECK(gemm.chosen_heuristic_index({r, n, k, Trans::none, Trans::transpose, OutType::bf16}) >= 0);
+    }
+  }
+}
+
+TEST_CASE("grouped GEMM: uneven rows per expert, an expert with none") {
+  Gemm gemm;
+  check_grouped_gemm(gemm, {24, 0, 64, 8, 40}, 96, 128, "grouped gemm");
 }
 
 TEST_CASE("RMSNorm forward and backward") {

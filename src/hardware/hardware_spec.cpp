@@ -2,7 +2,6 @@
 // Field declarations and consistency checks of hardware/*.json.
 #include "hardware/hardware_spec.hpp"
 
-#include <cmath>
 
 #include "core/fields.hpp"
 
@@ -125,6 +124,20 @@ void declare_fields(F& f, HardwareSpec& s) {
   f.maybe("calibration", s.calibration, "Calibration file (relative to this file) read by the cost model.");
 }
 
+template <class F>
+void declare_fields(F& f, CommunicatorBytes& s) {
+  f.maybe("all_gather", s.all_gather, "Bytes after running all-gathers.", non_negative());
+  f.maybe("reduce_scatter", s.reduce_scatter, "Bytes after running reduce-scatters.", non_negative());
+  f.maybe("all_reduce", s.all_reduce, "Bytes after running all-reduces.", non_negative());
+  f.maybe("all_to_all", s.all_to_all, "Bytes after running all-to-alls.", non_negative());
+}
+
+template <class F>
+void declare_fields(F& f, StackMemory& s) {
+  f.required("runtime_bytes", s.runtime_bytes, "Device memory in use once the CUDA context exists.", non_negative());
+  f.required("communicator_bytes", s.communicator_bytes, "A fresh communicator's memory, by the collective kind it ran.");
+}
+
 namespace {
 
 void check_tiers(const std::string& file, const std::string& path, const std::vector<SwitchTierSpec>& tiers,
@@ -170,36 +183,28 @@ void check(const std::string& file, const HardwareSpec& h) {
 // The calibration file's `memory_overhead` (the rest of that file is the cost model's to read).
 std::optional<StackMemory> read_stack_memory(const InputText& calibration, const nlohmann::json& root) {
   if (!root.is_object() || !root.contains("memory_overhead")) return std::nullopt;
-  const nlohmann::json& m = root["memory_overhead"];
-  if (!m.is_object()) throw InputError(calibration.name, "/memory_overhead", "must be an object");
-  for (const auto& [key, value] : m.items()) {
-    if (key != "runtime_bytes" && key != "communicator_bytes") {
-      throw InputError(calibration.name, "/memory_overhead/" + key, "unknown key (known: communicator_bytes, runtime_bytes)");
-    }
-  }
-  auto bytes = [&](const nlohmann::json& v, const std::string& path) {
-    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0) {
-      throw InputError(calibration.name, path, "must be a finite number of bytes >= 0");
-    }
-    return v.get<double>();
-  };
   StackMemory out;
-  if (!m.contains("runtime_bytes")) throw InputError(calibration.name, "/memory_overhead/runtime_bytes", "required");
-  out.runtime_bytes = bytes(m["runtime_bytes"], "/memory_overhead/runtime_bytes");
-  if (!m.contains("communicator_bytes") || !m["communicator_bytes"].is_object()) {
-    throw InputError(calibration.name, "/memory_overhead/communicator_bytes", "required: an object of bytes by collective kind");
-  }
-  for (const auto& [kind, value] : m["communicator_bytes"].items()) {
-    const std::string path = "/memory_overhead/communicator_bytes/" + kind;
-    if (kind != "all_gather" && kind != "reduce_scatter" && kind != "all_reduce" && kind != "all_to_all") {
-      throw InputError(calibration.name, path, "unknown collective (known: all_gather, all_reduce, all_to_all, reduce_scatter)");
-    }
-    out.communicator_bytes[kind] = bytes(value, path);
-  }
+  FieldReader::read_object(calibration.name, root["memory_overhead"], "/memory_overhead", out);
   return out;
 }
 
 }  // namespace
+
+std::optional<double> CommunicatorBytes::of(std::string_view kind) const {
+  if (kind == "all_gather") return all_gather;
+  if (kind == "reduce_scatter") return reduce_scatter;
+  if (kind == "all_reduce") return all_reduce;
+  if (kind == "all_to_all") return all_to_all;
+  return std::nullopt;
+}
+
+std::optional<double> CommunicatorBytes::largest() const {
+  std::optional<double> out;
+  for (const std::optional<double>& x : {all_gather, reduce_scatter, all_reduce, all_to_all}) {
+    if (x && (!out || *x > *out)) out = x;
+  }
+  return out;
+}
 
 HardwareSpec load_hardware(const InputText& input) {
   const nlohmann::json root = parse_json(input);

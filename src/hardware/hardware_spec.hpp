@@ -8,10 +8,10 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/dtype.hpp"
@@ -110,9 +110,15 @@ struct EfficiencySpec {
 // calibration file's `memory_overhead`): the CUDA context with its libraries, and what a
 // collective-library communicator holds once it has run one collective kind (all_gather,
 // reduce_scatter, all_reduce, all_to_all) at every size.
+struct CommunicatorBytes {
+  std::optional<double> all_gather, reduce_scatter, all_reduce, all_to_all;
+  std::optional<double> of(std::string_view kind) const;  // by the kind's name; empty if not measured
+  std::optional<double> largest() const;                  // empty if none was measured
+};
+
 struct StackMemory {
   double runtime_bytes = 0;
-  std::map<std::string, double> communicator_bytes;  // by collective kind
+  CommunicatorBytes communicator_bytes;
 };
 
 struct HardwareSpec {

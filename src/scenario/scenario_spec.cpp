@@ -275,15 +275,10 @@ double runtime_reserved_bytes(const ScenarioSpec& spec, const HardwareSpec& hard
 
 double comm_buffer_bytes(const ScenarioSpec& spec, const HardwareSpec& hardware, const std::vector<std::string>& kinds) {
   if (spec.memory.comm_buffer_per_group) return spec.memory.comm_buffer_per_group->value;
-  if (!hardware.stack_memory || hardware.stack_memory->communicator_bytes.empty()) return kDefaultCommBufferPerGroup;
-  const auto& measured = hardware.stack_memory->communicator_bytes;
-  double largest = 0;
-  for (const auto& [kind, bytes] : measured) largest = std::max(largest, bytes);
+  const std::optional<double> largest = hardware.stack_memory ? hardware.stack_memory->communicator_bytes.largest() : std::nullopt;
+  if (!largest) return kDefaultCommBufferPerGroup;
   double out = 0;
-  for (const std::string& kind : kinds) {
-    const auto it = measured.find(kind);
-    out = std::max(out, it == measured.end() ? largest : it->second);
-  }
+  for (const std::string& kind : kinds) out = std::max(out, hardware.stack_memory->communicator_bytes.of(kind).value_or(*largest));
   return out;
 }
 

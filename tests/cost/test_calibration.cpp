@@ -305,7 +305,8 @@ TEST_CASE("the software stack's measured memory reaches the step graph unless th
   const HardwareSpec hw = hardware_with(cal);
   REQUIRE(hw.stack_memory);
   CHECK(hw.stack_memory->runtime_bytes == 5.5e8);
-  CHECK(hw.stack_memory->communicator_bytes.at("all_gather") == 6e8);
+  CHECK(hw.stack_memory->communicator_bytes.all_gather == 6e8);
+  CHECK(!hw.stack_memory->communicator_bytes.all_reduce);
   ScenarioSpec spec;
   CHECK(runtime_reserved_bytes(spec, hw) == 5.5e8);
   // An FSDP communicator (all-gather + reduce-scatter) holds the larger set of buffers; EP's
@@ -341,7 +342,8 @@ TEST_CASE("the software stack's measured memory reaches the step graph unless th
     }
   };
   expect_bad({{"runtime_bytes", -1}, {"communicator_bytes", json::object()}}, "/memory_overhead/runtime_bytes");
-  expect_bad({{"runtime_bytes", 1e9}, {"comm_bytes", 1e8}}, "/memory_overhead/comm_bytes");
+  expect_bad({{"runtime_bytes", 1e9}, {"communicator_bytes", json::object()}, {"comm_bytes", 1e8}},
+             "/memory_overhead/comm_bytes");
   expect_bad({{"runtime_bytes", 1e9}}, "/memory_overhead/communicator_bytes");
   expect_bad({{"runtime_bytes", 1e9}, {"communicator_bytes", {{"broadcast", 1e8}}}}, "/memory_overhead/communicator_bytes/broadcast");
 }

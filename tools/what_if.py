@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""The seeds' what-ifs on the embedded default: each variant is the default scenario with one field
+"""What-ifs on the embedded default: each variant is the default scenario with one field
 changed, simulated with `moesim simulate --json`; prints the Markdown table of docs/what-if.md.
 
 usage: tools/what_if.py [MOESIM] [--steps N]

@@ -19,7 +19,7 @@
 namespace moesim {
 namespace {
 
-constexpr double kTarget = 0.05;  // issue 6: step time and peak memory within 5%
+constexpr double kTarget = 0.05;  // validation target: step time and peak memory within 5%
 
 std::string fmt(const char* f, double v) {
   char buf[64];

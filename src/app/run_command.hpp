@@ -6,7 +6,7 @@
 //   validate: runs it on the GPUs and in the simulator (the engine with the scenario's hardware
 //             file and its calibration file) and prints per-op error (op names folded over
 //             layers, as the engine's top_ops), step-time error and peak-memory error, with the
-//             5% targets of issue 6 marked pass/fail.
+//             5% targets (step time, peak memory) marked pass/fail.
 #pragma once
 
 #include <cstdint>

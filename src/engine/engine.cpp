@@ -196,6 +196,9 @@ struct Engine::Impl {
   std::vector<std::vector<int32_t>> remaining;  // per slot, per op
   std::vector<std::vector<Picoseconds>> started;
   std::vector<std::vector<Picoseconds>> ended;
+  enum class OpState : uint8_t { waiting, running, done };
+  std::vector<std::vector<OpState>> state;  // per slot, per op
+  std::vector<size_t> num_done;             // per slot
   std::vector<int32_t> comm_in_flight;
   std::vector<std::array<Picoseconds, kNumOpKinds>> busy;
   struct Instance {
@@ -310,6 +313,8 @@ struct Engine::Impl {
     apply_effects(slot, op, false, t, op_index);
     const Picoseconds start = started[static_cast<size_t>(slot)][op_index];
     ended[static_cast<size_t>(slot)][op_index] = t;
+    state[static_cast<size_t>(slot)][op_index] = OpState::done;
+    ++num_done[static_cast<size_t>(slot)];
     busy[static_cast<size_t>(slot)][static_cast<size_t>(op.kind)] += t - start;
     if (is_communication(op.kind)) --comm_in_flight[static_cast<size_t>(slot)];
     if (opt.record_timeline) {
@@ -329,6 +334,7 @@ struct Engine::Impl {
     const Program& p = program_of(slot);
     const Op& op = p.ops[op_index];
     started[static_cast<size_t>(slot)][op_index] = t;
+    state[static_cast<size_t>(slot)][op_index] = OpState::running;
     apply_effects(slot, op, true, t, op_index);
     if (op.kind == OpKind::swap_out || op.kind == OpKind::swap_in) {
       start_copy(slot, op_index, op, t);
@@ -383,9 +389,11 @@ struct Engine::Impl {
     const int64_t receiver = sends ? peer : rank;
     const int64_t sender_slot = slot_of(sender);
     const int64_t receiver_slot = slot_of(receiver);
-    const int nth_key = static_cast<int>(op.group) * 2 + (sends ? 1 : 0);
-    const int64_t nth = p2p_count[{nth_key, sender_slot, receiver_slot}]++;
-    const std::tuple<int, int64_t, int64_t, int64_t> key{static_cast<int>(op.group), sender_slot, receiver_slot, nth};
+    // The channel: pipeline activations and gradients between the same two stages are separate
+    // streams of messages (their own queues, queues.hpp); each is matched in order.
+    const int channel = static_cast<int>(op.group) * 2 + (is_pipeline_p2p(op) && op.phase != Phase::fwd ? 1 : 0);
+    const int64_t nth = p2p_count[{channel * 2 + (sends ? 1 : 0), sender_slot, receiver_slot}]++;
+    const std::tuple<int, int64_t, int64_t, int64_t> key{channel, sender_slot, receiver_slot, nth};
     auto& waiting = p2p_waiting[key];
     waiting.emplace_back(slot, op_index);
     if (waiting.size() < 2) return;
@@ -735,6 +743,70 @@ struct Engine::Impl {
     result.exposed.assign(by_cause.begin(), by_cause.end());
   }
 
+  // A step is complete or it is an error: with no event left, every op of every simulated rank
+  // must have run. Otherwise the programs deadlock (or an op never became ready), and the report
+  // names, per stuck rank, the op each of its queues is blocked on and what that op waits for.
+  void check_complete() const {
+    std::string report;
+    int64_t stuck = 0;
+    for (int32_t slot = 0; slot < num_slots; ++slot) {
+      const Program& p = program_of(slot);
+      if (num_done[static_cast<size_t>(slot)] == p.ops.size()) continue;
+      if (++stuck > 4) continue;  // the first few ranks say enough; the count says the rest
+      report += "\n  rank " + std::to_string(rank_of_slot(slot)) + " (stage " + std::to_string(p.stage) + "): " +
+                std::to_string(num_done[static_cast<size_t>(slot)]) + " of " + std::to_string(p.ops.size()) + " ops ran";
+      std::array<bool, kNumQueues> shown{};
+      for (uint32_t i = 0; i < p.ops.size(); ++i) {
+        const int q = queue_of(p.ops[i]);
+        if (shown[static_cast<size_t>(q)] || state[static_cast<size_t>(slot)][i] == OpState::done) continue;
+        shown[static_cast<size_t>(q)] = true;
+        report += "\n    queue " + queue_name(q) + ": '" + p.name_of(p.ops[i]) + "' " + blocked_on(slot, i);
+      }
+    }
+    if (stuck == 0) return;
+    throw SimulationError("the step did not complete: " + std::to_string(stuck) + " of " + std::to_string(num_slots) +
+                          " simulated ranks have ops that never ran (a deadlock in their programs)" + report);
+  }
+
+  static std::string queue_name(int q) {
+    if (q == kComputeQueue) return "compute";
+    if (q == kCopyQueue) return "copy";
+    if (q >= kFirstPipelineQueue) {
+      static constexpr std::array<const char*, kNumPipelineQueues> names{"pp send activations", "pp receive activations",
+                                                                          "pp send gradients", "pp receive gradients"};
+      return names[static_cast<size_t>(q - kFirstPipelineQueue)];
+    }
+    return std::string(enum_name(queue_group(q))) + " communication";
+  }
+
+  // Why op `i` of `slot`, the first unfinished op of its queue, has not finished.
+  std::string blocked_on(int32_t slot, uint32_t i) const {
+    const Program& p = program_of(slot);
+    const Op& op = p.ops[i];
+    if (state[static_cast<size_t>(slot)][i] == OpState::running) {
+      if (is_p2p(op.kind)) {
+        const int64_t rank = rank_of_slot(slot);
+        const int64_t peer = g.plan.member(rank, op.group, g.plan.group_rank(rank, op.group) + op.peer_offset);
+        return std::string("waits for rank ") + std::to_string(peer) + " to post the matching " +
+               (op.kind == OpKind::send ? "receive" : "send");
+      }
+      if (is_collective(op.kind)) {
+        return "waits for the other members of its " + std::string(enum_name(op.group)) + " group (" +
+               std::to_string(g.plan.group_size(op.group)) + " ranks) to reach it";
+      }
+      return "started and never ended";
+    }
+    std::string out = "waits for";
+    const ProgramIndex& ix = index[static_cast<size_t>(p.stage)];
+    auto pending = [&](int64_t d) {
+      if (d < 0 || state[static_cast<size_t>(slot)][static_cast<size_t>(d)] == OpState::done) return;
+      out += (out.size() > 9 ? ", '" : " '") + p.name_of(p.ops[static_cast<size_t>(d)]) + "'";
+    };
+    pending(ix.queue_pred[i]);
+    for (uint32_t d : p.deps_of(op)) pending(d);
+    return out;
+  }
+
   void assign_slots() {
     distinct = opt.distinct_ranks;
     slot_rank.clear();
@@ -766,6 +838,8 @@ struct Engine::Impl {
     remaining.assign(n, {});
     started.assign(n, {});
     ended.assign(n, {});
+    state.assign(n, {});
+    num_done.assign(n, 0);
     comm_in_flight.assign(n, 0);
     memory.clear();
     busy.assign(n, {});
@@ -793,6 +867,7 @@ struct Engine::Impl {
       remaining[static_cast<size_t>(s)] = index[static_cast<size_t>(p.stage)].num_preds;
       started[static_cast<size_t>(s)].assign(p.ops.size(), 0);
       ended[static_cast<size_t>(s)].assign(p.ops.size(), 0);
+      state[static_cast<size_t>(s)].assign(p.ops.size(), OpState::waiting);
     }
     for (int32_t s = 0; s < num_slots; ++s) {
       const auto& rem = remaining[static_cast<size_t>(s)];
@@ -819,6 +894,7 @@ struct Engine::Impl {
         }
       }
     }
+    check_complete();
     std::vector<RankMemory> slot_memory;
     for (RankMemoryLedger& m : memory) slot_memory.push_back(m.finish(g.allocator_fragmentation));
     // Every rank gets its slot's results.

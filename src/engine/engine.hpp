@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,13 @@
 #include "memory/rank_memory.hpp"
 
 namespace moesim {
+
+// The simulation could not finish a step (its programs deadlock): an internal error, never a
+// step time. The message is a deadlock report (Engine::Impl::check_complete).
+class SimulationError : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
 
 struct EngineOptions {
   int64_t step = 0;                   // routing sample index

@@ -115,7 +115,7 @@ int mla_block(TapeBuilder& b, int x) {
 
 // MLA with DeepSeek Sparse Attention: the lightning indexer picks top_k keys per query; the main
 // attention runs in MLA's absorbed (MQA) form over the selected latents (kv_lora + rope per key,
-// shared by all heads), REFERENCE.md section 3.
+// shared by all heads), docs/modelling.md#dsa.
 int mla_dsa_block(TapeBuilder& b, int x) {
   const auto& c = b.ctx();
   const auto& a = *c.model->mla;
@@ -247,7 +247,7 @@ int mla_dsa_block(TapeBuilder& b, int x) {
   return b.gemm("attn.o_proj", o, t, h * a.v_head_dim, d, LoraTarget::o_proj, SwapTarget::attention_out_proj);
 }
 
-// Kimi Delta Attention, chunkwise (REFERENCE.md section 2): per head and token
+// Kimi Delta Attention, chunkwise (docs/modelling.md#kda): per head and token
 // 6 dh^2 + 3 C dh + C^2 FLOPs forward, split over the reference kernels' stages when unfused.
 int kda_block(TapeBuilder& b, int x) {
   const auto& c = b.ctx();

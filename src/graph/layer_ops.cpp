@@ -131,7 +131,8 @@ int dense_ffn_block(TapeBuilder& b, int x) {
 }
 
 // Attention Residuals (block variant): each sub-layer's input is a softmax-weighted sum of the
-// block summaries and the embedding; ~8 x d per token stays resident (REFERENCE.md section 4).
+// block summaries and the embedding; ~8 x d per token stays resident
+// (docs/modelling.md#attention-residuals).
 int attention_residual(TapeBuilder& b, const std::string& name, int h, int64_t layer) {
   const auto& c = b.ctx();
   const auto& model = *c.model;

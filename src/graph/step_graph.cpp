@@ -10,6 +10,7 @@
 
 #include "graph/layer_ops.hpp"
 #include "graph/loss_ops.hpp"
+#include "graph/queues.hpp"
 #include "graph/tape.hpp"
 #include "model/accounting.hpp"
 
@@ -85,8 +86,8 @@ class StepBuilder {
     }
     c_.fused = spec_.fused_ops;
     num_micro_ = spec_.batch.global_batch_size / (spec_.batch.micro_batch_size * p.dp());
-    fsdp_size_ = plan.group_size(GroupKind::fsdp);
-    edp_size_ = plan.group_size(GroupKind::edp);
+    zero_stage_ = p.fsdp.zero_stage;
+    sync_every_micro_ = resolved_gradient_sync(p.fsdp, p.pp.stages) == GradientSync::every_micro_batch;
   }
 
   int64_t num_micro() const { return num_micro_; }
@@ -98,12 +99,15 @@ class StepBuilder {
     ProgramWriter w(program);
     const auto& pp = spec_.parallel.pp;
     const int64_t chunks = pp.virtual_stages;
-    const int64_t per_chunk = m_.num_layers / (pp.stages * chunks);
-    // Layers of each virtual chunk of this stage, and the units they make.
+    // Layers of each virtual chunk of this stage (model chunk g = v * stages + stage), and the
+    // units they make.
+    const std::vector<int64_t> counts = chunk_layer_counts(pp, m_.num_layers);
+    std::vector<int64_t> first_layer(counts.size() + 1, 1);
+    for (size_t c = 0; c < counts.size(); ++c) first_layer[c + 1] = first_layer[c] + counts[c];
     std::vector<std::vector<int64_t>> chunk_layers(static_cast<size_t>(chunks));
     for (int64_t v = 0; v < chunks; ++v) {
-      const int64_t g = v * pp.stages + stage;
-      for (int64_t l = g * per_chunk + 1; l <= (g + 1) * per_chunk; ++l) chunk_layers[static_cast<size_t>(v)].push_back(l);
+      const auto g = static_cast<size_t>(v * pp.stages + stage);
+      for (int64_t l = first_layer[g]; l < first_layer[g + 1]; ++l) chunk_layers[static_cast<size_t>(v)].push_back(l);
     }
     units_.clear();
     states_.clear();
@@ -112,6 +116,7 @@ class StepBuilder {
     first_fwd_op_.clear();
     first_bwd_op_.clear();
     last_reduce_.clear();
+    accumulated_.clear();
     if (stage == 0) units_[0] = embedding_unit();
     if (stage == (pp.stages * chunks - 1) % pp.stages) units_[m_.num_layers + 1] = head_unit();
     for (const auto& layers : chunk_layers) {
@@ -193,23 +198,44 @@ class StepBuilder {
     return u;
   }
 
+  // What a rank keeps for a part of the weights sharded over `shards` ranks, by ZeRO stage:
+  // optimizer states and fp32 master weights from stage 1, gradients from stage 2, parameters at
+  // stage 3 (FSDP2, which keeps no low-precision copy of trainable weights: it casts on gather).
+  struct ShardDivisors {
+    double states, grads, params;
+  };
+  ShardDivisors divisors(int64_t shards) const {
+    const auto n = static_cast<double>(shards);
+    return {zero_stage_ >= 1 ? n : 1.0, zero_stage_ >= 2 ? n : 1.0, zero_stage_ >= 3 ? n : 1.0};
+  }
+
   void persistent(Program& p) const {
     const auto& prec = spec_.training.precision;
     const double states = spec_.training.optimizer.kind == OptimizerKind::adamw ? 2.0 : 1.0;
     for (const auto& [layer, u] : units_) {
-      const double shard = u.params / static_cast<double>(fsdp_size_);
-      const double expert_shard = u.expert_params / static_cast<double>(edp_size_);
-      const double trainable = u.trainable / static_cast<double>(fsdp_size_) + u.expert_trainable / static_cast<double>(edp_size_);
-      p.persistent.params += (shard + expert_shard - trainable) * dtype_bytes(prec.params);
-      p.persistent.master_params += trainable * dtype_bytes(prec.master_params);
-      p.persistent.grads += trainable * dtype_bytes(prec.grads);
-      p.persistent.optimizer_states += states * trainable * dtype_bytes(prec.optimizer_states);
+      for (const Part& part : parts(u)) {
+        const ShardDivisors d = divisors(plan_.group_size(part.shard_group));
+        // Stage 3 holds low-precision copies of frozen weights only; below it, of all weights.
+        const double low_precision = zero_stage_ >= 3 ? part.params - part.trainable : part.params;
+        p.persistent.params += low_precision / d.params * dtype_bytes(prec.params);
+        p.persistent.master_params += part.trainable / d.states * dtype_bytes(prec.master_params);
+        p.persistent.grads += part.trainable / d.grads * dtype_bytes(prec.grads);
+        p.persistent.optimizer_states += states * part.trainable / d.states * dtype_bytes(prec.optimizer_states);
+      }
     }
   }
 
+  // The trainable parameters this rank's optimizer updates for a unit.
+  double optimizer_share(const Unit& u) const {
+    double out = 0;
+    for (const Part& part : parts(u)) out += part.trainable / divisors(plan_.group_size(part.shard_group)).states;
+    return out;
+  }
+
   // FSDP2 all-gathers of a unit; returns the ops and the gathered buffers they fill.
+  // `allocate`: into a transient buffer (FSDP2), else into the resident full copy (ZeRO 1-2).
   void gather(ProgramWriter& w, int64_t layer, int32_t micro, Phase phase, std::vector<uint32_t>& ops,
-              std::vector<uint32_t>& buffers, int64_t after) {
+              std::vector<uint32_t>& buffers, int64_t after, bool allocate) {
     const Unit& u = units_.at(layer);
     const double bytes = dtype_bytes(spec_.training.precision.params);
     auto one = [&](GroupKind group, double params, const char* what) {
@@ -224,9 +250,10 @@ class StepBuilder {
       op.comm_bytes = params * bytes;
       const uint32_t i = w.add(op, unit_name(layer) + ".fsdp_all_gather." + what);
       if (after >= 0) w.order_after(i, static_cast<uint32_t>(after));
+      ops.push_back(i);
+      if (!allocate) return;
       const uint32_t b = w.buffer(params * bytes, MemCategory::gathered_params, unit_name(layer) + ".gathered." + what);
       w.effect(i, b, MemAction::alloc);
-      ops.push_back(i);
       buffers.push_back(b);
     };
     one(GroupKind::fsdp, u.params, "params");
@@ -237,11 +264,13 @@ class StepBuilder {
   // weights over the edp group.
   struct Part {
     GroupKind shard_group;
+    double params;
     double trainable;
     const char* name;
   };
   std::array<Part, 2> parts(const Unit& u) const {
-    return {Part{GroupKind::fsdp, u.trainable, "params"}, Part{GroupKind::edp, u.expert_trainable, "experts"}};
+    return {Part{GroupKind::fsdp, u.params, u.trainable, "params"},
+            Part{GroupKind::edp, u.expert_params, u.expert_trainable, "experts"}};
   }
   // A part's gradients need a collective unless its shard group and the replicate group are trivial
   // (then the unsharded gradients are the sharded ones, accumulated in place).
@@ -249,16 +278,28 @@ class StepBuilder {
     return part.trainable > 0 &&
            (plan_.group_size(part.shard_group) > 1 || plan_.group_size(GroupKind::replicate) > 1);
   }
+  // Whether a part's full gradients live in a buffer of their own until they are reduce-scattered
+  // (ZeRO-2 and FSDP2); below stage 2 the persistent gradients are full and reduced in place.
+  bool has_unsharded_buffer(const Part& part) const {
+    return needs_reduction(part) && zero_stage_ >= 2 && plan_.group_size(part.shard_group) > 1;
+  }
+  // Gradients are reduced in this micro-batch's backward.
+  bool syncs(int64_t micro) const { return sync_every_micro_ || micro == num_micro_ - 1; }
 
-  // Unsharded gradient buffers of a unit's backward, in the order reduce() releases them.
-  std::vector<uint32_t> grad_buffers(ProgramWriter& w, int64_t layer) {
+  // Unsharded gradient buffers a unit's backward accumulates into, in the order reduce() releases
+  // them: one set per micro-batch when gradients sync every micro-batch, else one set held from
+  // the first micro-batch's backward to the last one's reduction.
+  std::vector<uint32_t> grad_buffers(ProgramWriter& w, int64_t layer, int64_t micro, std::vector<uint32_t>& alloc) {
+    if (!sync_every_micro_ && micro > 0) return accumulated_.at(layer);
     const double bytes = dtype_bytes(spec_.training.precision.grad_reduce);
     std::vector<uint32_t> out;
     for (const Part& part : parts(units_.at(layer))) {
-      if (!needs_reduction(part)) continue;
+      if (!has_unsharded_buffer(part)) continue;
       out.push_back(w.buffer(part.trainable * bytes, MemCategory::unsharded_grads,
                              unit_name(layer) + ".unsharded_grads." + part.name));
     }
+    alloc = out;
+    if (!sync_every_micro_) accumulated_[layer] = out;
     return out;
   }
 
@@ -288,17 +329,26 @@ class StepBuilder {
     for (const Part& part : parts(units_.at(layer))) {
       if (!needs_reduction(part)) continue;
       const int64_t shards = plan_.group_size(part.shard_group);
+      const bool frees = has_unsharded_buffer(part);
       uint32_t last = 0;
-      if (shards > 1) {
+      if (shards > 1 && zero_stage_ >= 1) {
         last = one(OpKind::reduce_scatter, part.shard_group, part.trainable, std::string("fsdp_reduce_scatter.") + part.name,
-                   after, true);
+                   after, frees);
         if (rep > 1) {
           last = one(OpKind::all_reduce, GroupKind::replicate, part.trainable / static_cast<double>(shards),
                      std::string("hsdp_all_reduce.") + part.name, last, false);
         }
       } else {
-        last = one(OpKind::all_reduce, GroupKind::replicate, part.trainable, std::string("ddp_all_reduce.") + part.name,
-                   after, true);
+        // DDP: all-reduce over the shard group, then across replicas.
+        last = after;
+        if (shards > 1) {
+          last = one(OpKind::all_reduce, part.shard_group, part.trainable, std::string("ddp_all_reduce.") + part.name, last,
+                     false);
+        }
+        if (rep > 1) {
+          last = one(OpKind::all_reduce, GroupKind::replicate, part.trainable,
+                     std::string(shards > 1 ? "hsdp_all_reduce." : "ddp_all_reduce.") + part.name, last, false);
+        }
       }
       lasts.push_back(last);
     }
@@ -334,6 +384,14 @@ class StepBuilder {
     return w.add(op, name);
   }
 
+  // A pipeline receive is posted where the schedule reaches it, after the compute before it (as
+  // Megatron posts it together with the previous send), not as soon as its queue is free: its
+  // buffer is allocated then, and a stage cannot take in activations ahead of its schedule.
+  static void post_at_schedule_point(ProgramWriter& w, uint32_t recv) {
+    const int64_t before = last_compute(w);
+    if (before >= 0 && static_cast<uint32_t>(before) < recv) w.order_after(recv, static_cast<uint32_t>(before));
+  }
+
   struct Boundary {  // the residual stream between layers
     uint32_t buffer;
     int64_t producer;
@@ -359,7 +417,9 @@ class StepBuilder {
       h = run_unit_forward(w, 0, micro, build_embedding_tape(c_), Boundary{ids, -1}, {ids});
     } else {
       const int64_t from = (g - 1) % stages - (g % stages);
-      const uint32_t r = p2p(w, OpKind::recv, from, micro, layers.front(), Phase::fwd, hidden_bytes, "pp_recv.activation");
+      const uint32_t r = p2p(w, OpKind::recv, from, micro, layers.empty() ? m_.num_layers + 1 : layers.front(), Phase::fwd,
+                             hidden_bytes, "pp_recv.activation");
+      post_at_schedule_point(w, r);
       const uint32_t b = w.buffer(hidden_bytes, MemCategory::activation, "pp.activation_in");
       w.effect(r, b, MemAction::alloc);
       h = Boundary{b, r};
@@ -371,7 +431,7 @@ class StepBuilder {
       loss_[micro] = emit_loss_forward(w, c_, policy_for(head), mi, h.buffer, static_cast<uint32_t>(h.producer));
     } else {
       const int64_t to = (g + 1) % stages - (g % stages);
-      send_away(w, to, micro, layers.back(), Phase::fwd, hidden_bytes, "pp_send.activation", h);
+      send_away(w, to, micro, layers.empty() ? 0 : layers.back(), Phase::fwd, hidden_bytes, "pp_send.activation", h);
     }
   }
 
@@ -380,13 +440,20 @@ class StepBuilder {
     EmitScope sc = scope(layer, micro);
     std::vector<uint32_t> gathered;
     const int64_t anchor = prefetch_anchor_forward(w, layer);
-    gather(w, layer, static_cast<int32_t>(micro), Phase::fwd, sc.first_op_deps, gathered, anchor);
-    sc.alloc_at_start = std::move(alloc_first);
-    if (spec_.parallel.fsdp.reshard_after_forward) {
-      sc.free_at_end = gathered;
-    } else {
-      held_[{micro, layer}] = gathered;
+    if (zero_stage_ >= 3) {
+      gather(w, layer, static_cast<int32_t>(micro), Phase::fwd, sc.first_op_deps, gathered, anchor, true);
+      if (spec_.parallel.fsdp.reshard_after_forward) {
+        sc.free_at_end = gathered;
+      } else {
+        held_[{micro, layer}] = gathered;
+      }
+    } else if (zero_stage_ >= 1 && micro == 0) {
+      // The distributed optimizer's parameter all-gather, into the persistent full copy:
+      // overlapped with the next step's first forward, unit by unit (Megatron's
+      // overlap_param_gather), which is this step's first forward in steady state.
+      gather(w, layer, static_cast<int32_t>(micro), Phase::fwd, sc.first_op_deps, gathered, anchor, false);
     }
+    sc.alloc_at_start = std::move(alloc_first);
     TapeState st = emit_forward(w, tape, policy_for(layer), sc, in.buffer, in.producer);
     first_fwd_op_[layer] = st.first_op;
     const Boundary out{st.output_buffer, st.output_producer};
@@ -408,7 +475,7 @@ class StepBuilder {
   static int64_t last_compute(const ProgramWriter& w) {
     const auto& ops = w.program().ops;
     for (size_t i = ops.size(); i-- > 0;) {
-      if (ops[i].stream == Stream::compute) return static_cast<int64_t>(i);
+      if (queue_of(ops[i]) == kComputeQueue) return static_cast<int64_t>(i);
     }
     return -1;
   }
@@ -429,7 +496,9 @@ class StepBuilder {
       anchor = grad.producer;
     } else {
       const int64_t from = (g + 1) % stages - (g % stages);
-      const uint32_t r = p2p(w, OpKind::recv, from, micro, layers.back(), Phase::bwd, hidden_bytes, "pp_recv.gradient");
+      const uint32_t r = p2p(w, OpKind::recv, from, micro, layers.empty() ? 0 : layers.back(), Phase::bwd, hidden_bytes,
+                             "pp_recv.gradient");
+      post_at_schedule_point(w, r);
       const uint32_t b = w.buffer(hidden_bytes, MemCategory::gradient, "pp.gradient_in");
       w.effect(r, b, MemAction::alloc);
       grad = Boundary{b, r};
@@ -447,7 +516,8 @@ class StepBuilder {
       }
     } else {
       const int64_t to = (g - 1) % stages - (g % stages);
-      send_away(w, to, micro, layers.front(), Phase::bwd, hidden_bytes, "pp_send.gradient", grad);
+      send_away(w, to, micro, layers.empty() ? m_.num_layers + 1 : layers.front(), Phase::bwd, hidden_bytes,
+                "pp_send.gradient", grad);
     }
   }
 
@@ -472,20 +542,24 @@ class StepBuilder {
                              int64_t anchor) {
     EmitScope sc = scope(layer, micro);
     std::vector<uint32_t> gathered;
-    if (spec_.parallel.fsdp.reshard_after_forward) {
-      gather(w, layer, static_cast<int32_t>(micro), Phase::bwd, sc.first_op_deps, gathered, prefetch_anchor_backward(w, layer));
+    if (zero_stage_ < 3) {
+      // Full parameters are resident: nothing to gather.
+    } else if (spec_.parallel.fsdp.reshard_after_forward) {
+      gather(w, layer, static_cast<int32_t>(micro), Phase::bwd, sc.first_op_deps, gathered, prefetch_anchor_backward(w, layer),
+             true);
     } else {
       gathered = held_.at({micro, layer});
       held_.erase({micro, layer});
     }
     sc.free_at_end = gathered;
-    const std::vector<uint32_t> grads = grad_buffers(w, layer);
-    sc.alloc_at_start = grads;
+    const std::vector<uint32_t> grads = grad_buffers(w, layer, micro, sc.alloc_at_start);
     TapeState& st = states_.at({micro, layer});
     const BackwardResult r = emit_backward(w, tape, policy_for(layer), sc, st, grad_out.buffer, grad_out.producer, anchor);
     first_bwd_op_[layer] = r.first_compute_op;
-    std::vector<uint32_t> reduced = reduce(w, layer, static_cast<int32_t>(micro), r.last_op, grads);
-    if (!reduced.empty()) last_reduce_[layer] = std::move(reduced);
+    if (syncs(micro)) {
+      std::vector<uint32_t> reduced = reduce(w, layer, static_cast<int32_t>(micro), r.last_op, grads);
+      if (!reduced.empty()) last_reduce_[layer] = std::move(reduced);
+    }
     states_.erase({micro, layer});
     return Boundary{r.input_grad_buffer, r.input_grad_producer};
   }
@@ -501,7 +575,7 @@ class StepBuilder {
     const auto& prec = spec_.training.precision;
     const double states = spec_.training.optimizer.kind == OptimizerKind::adamw ? 2.0 : 1.0;
     for (const auto& [layer, u] : units_) {
-      const double trainable = u.trainable / static_cast<double>(fsdp_size_) + u.expert_trainable / static_cast<double>(edp_size_);
+      const double trainable = optimizer_share(u);
       if (trainable <= 0) continue;
       Op op;
       op.kind = OpKind::optimizer;
@@ -524,8 +598,6 @@ class StepBuilder {
   const ParallelPlan& plan_;
   LayerContext c_;
   int64_t num_micro_ = 1;
-  int64_t fsdp_size_ = 1;
-  int64_t edp_size_ = 1;
   std::map<int64_t, Unit> units_;
   std::map<std::pair<int64_t, int64_t>, TapeState> states_;
   std::map<std::pair<int64_t, int64_t>, std::vector<uint32_t>> held_;
@@ -534,6 +606,9 @@ class StepBuilder {
   std::map<int64_t, uint32_t> first_bwd_op_;
   std::map<int64_t, std::vector<uint32_t>> last_reduce_;  // per layer, each gradient part's last reduction
   int64_t pass_start_ = 0;  // first op index of the forward or backward being emitted
+  int64_t zero_stage_ = 3;
+  bool sync_every_micro_ = true;
+  std::map<int64_t, std::vector<uint32_t>> accumulated_;  // per layer: unsharded gradients held across micro-batches
 };
 
 }  // namespace

@@ -90,10 +90,31 @@ class ScenarioChecker {
       fail("/parallel/pp/virtual_stages", "more than one virtual stage needs the interleaved_1f1b schedule");
     }
     const int64_t chunks = pp.stages * pp.virtual_stages;
+    if (!pp.layers_per_chunk.empty()) {
+      if (static_cast<int64_t>(pp.layers_per_chunk.size()) != chunks) {
+        fail("/parallel/pp/layers_per_chunk", "needs one count per model chunk (stages x virtual_stages = " +
+                                                  str(chunks) + "), got " + str(static_cast<int64_t>(pp.layers_per_chunk.size())));
+      }
+      int64_t total = 0;
+      for (int64_t n : pp.layers_per_chunk) total += n;
+      if (total != model_.num_layers) {
+        fail("/parallel/pp/layers_per_chunk", "counts add up to " + str(total) + " layers, " + model_.name + " has " +
+                                                  str(model_.num_layers));
+      }
+      // A chunk may hold no layer only where it still has work: the embedding (first) or the
+      // head and loss (last), as in Megatron's layouts that give those a stage of their own.
+      for (int64_t c = 1; c + 1 < chunks; ++c) {
+        if (pp.layers_per_chunk[static_cast<size_t>(c)] == 0) {
+          fail("/parallel/pp/layers_per_chunk/" + str(c), "a middle chunk needs at least one layer");
+        }
+      }
+      return;
+    }
     if (model_.num_layers % chunks != 0) {
       fail("/parallel/pp/stages", str(model_.num_layers) + " layers of " + model_.name +
                                       " do not split evenly into " + str(pp.stages) + " stages x " +
-                                      str(pp.virtual_stages) + " virtual stages");
+                                      str(pp.virtual_stages) + " virtual stages; give /parallel/pp/layers_per_chunk " +
+                                      "for an uneven split");
     }
   }
 

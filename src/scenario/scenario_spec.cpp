@@ -50,8 +50,17 @@ void declare_fields(F& f, BatchSpec& s) {
 
 template <class F>
 void declare_fields(F& f, FsdpSpec& s) {
-  f.optional("shard", s.shard, int64_t{1}, "FSDP2 shard group size (1: no sharding).", positive());
+  f.optional("shard", s.shard, int64_t{1},
+             "Data-parallel ranks that shard state among them (with cp: the shard group is shard x cp ranks).",
+             positive());
   f.optional("replicate", s.replicate, int64_t{1}, "Replicate groups (HSDP; plain DP when shard is 1).", positive());
+  f.optional("zero_stage", s.zero_stage, int64_t{3},
+             "What the shard group shards: 0 nothing (DDP), 1 optimizer states and master weights (Megatron's "
+             "distributed optimizer), 2 gradients too (ZeRO-2), 3 parameters too (FSDP2).",
+             between(0, 3));
+  f.optional("gradient_sync", s.gradient_sync, GradientSync::automatic,
+             "When gradients are reduced: every_micro_batch, last_micro_batch (once per step), or auto: once per step "
+             "for zero_stage 0-1 and for FSDP2 under pipeline parallelism, every micro-batch otherwise.");
   f.optional("reshard_after_forward", s.reshard_after_forward, true,
              "Free gathered parameters after forward and gather again for backward.");
   f.optional("prefetch", s.prefetch, int64_t{1}, "Units gathered ahead of their use.", non_negative());
@@ -70,6 +79,11 @@ void declare_fields(F& f, PipelineSpec& s) {
   f.optional("schedule", s.schedule, PipelineSchedule::one_f_one_b, "Pipeline schedule.");
   f.optional("virtual_stages", s.virtual_stages, int64_t{1}, "Model chunks per stage (interleaved_1f1b only).",
              positive());
+  f.optional("layers_per_chunk", s.layers_per_chunk, std::vector<int64_t>{},
+             "Layers of each model chunk in pipeline order, stages x virtual_stages counts (chunk c on stage c % "
+             "stages); the embedding is part of the first chunk, the head and loss of the last. Empty: an even "
+             "split.",
+             non_negative());
 }
 
 template <class F>
@@ -283,6 +297,19 @@ double comm_buffer_bytes(const ScenarioSpec& spec, const HardwareSpec& hardware,
 }
 
 std::vector<FieldRow> describe_scenario_fields() { return FieldDescriber::describe<ScenarioSpec>(); }
+
+GradientSync resolved_gradient_sync(const FsdpSpec& fsdp, int64_t pipeline_stages) {
+  if (fsdp.gradient_sync != GradientSync::automatic) return fsdp.gradient_sync;
+  if (fsdp.zero_stage <= 1) return GradientSync::last_micro_batch;
+  if (fsdp.zero_stage == 3 && pipeline_stages > 1) return GradientSync::last_micro_batch;
+  return GradientSync::every_micro_batch;
+}
+
+std::vector<int64_t> chunk_layer_counts(const PipelineSpec& pp, int64_t num_layers) {
+  if (!pp.layers_per_chunk.empty()) return pp.layers_per_chunk;
+  const int64_t chunks = pp.stages * pp.virtual_stages;
+  return std::vector<int64_t>(static_cast<size_t>(chunks), num_layers / chunks);
+}
 
 std::vector<double> rank_speeds(const ScenarioSpec& spec) {
   if (spec.stragglers.empty()) return {};

@@ -88,12 +88,34 @@ struct BatchSpec {
   int64_t sequence_length = 0;
 };
 
+// When gradients are reduced across data-parallel ranks.
+enum class GradientSync {
+  automatic,          // what the framework does for this plan (see FsdpSpec::gradient_sync)
+  every_micro_batch,  // after each micro-batch's backward (FSDP2's default, DeepSpeed ZeRO-2)
+  last_micro_batch    // once per step, in the last micro-batch's backward (DDP no_sync, Megatron)
+};
+
+// Data parallelism over the shard group (fsdp.shard x cp ranks), with ZeRO's stages of sharding:
+//   0  DDP: everything replicated; gradients all-reduced
+//   1  distributed optimizer (Megatron's, ZeRO-1): optimizer states and fp32 master weights
+//      sharded; gradients reduce-scattered, updated parameters all-gathered, once per step
+//   2  ZeRO-2: gradients sharded too (reduce-scattered as they are produced)
+//   3  FSDP2 / ZeRO-3: parameters sharded too, gathered per unit before use
+// and replicate groups on top (HSDP: gradients all-reduced across replicas after the shard group).
 struct FsdpSpec {
-  int64_t shard = 1;      // FSDP2 shard group size
+  int64_t shard = 1;      // shard group size
   int64_t replicate = 1;  // HSDP replicate groups (plain DP when shard is 1)
+  int64_t zero_stage = 3;
+  GradientSync gradient_sync = GradientSync::automatic;
   bool reshard_after_forward = true;
   int64_t prefetch = 1;   // units gathered ahead of use
 };
+
+// The gradient synchronisation a plan runs: automatic resolves to what the frameworks do -
+// once per step for DDP and the distributed optimizer (ZeRO 0-1) and for FSDP2 under pipeline
+// parallelism (torch.distributed.pipelining syncs only the last backward); every micro-batch for
+// ZeRO-2 and FSDP2 without pipelining (FSDP2's and torchtitan's gradient accumulation).
+GradientSync resolved_gradient_sync(const FsdpSpec& fsdp, int64_t pipeline_stages);
 
 struct TensorParallelSpec {
   int64_t degree = 1;
@@ -104,7 +126,14 @@ struct PipelineSpec {
   int64_t stages = 1;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   int64_t virtual_stages = 1;  // model chunks per stage (interleaved 1F1B)
+  // Layers of each model chunk in pipeline order (stages x virtual_stages entries; chunk c runs
+  // on stage c % stages); empty: an even split. The embedding belongs to chunk 0, the final norm,
+  // head and loss to the last chunk (Megatron's pipeline layout).
+  std::vector<int64_t> layers_per_chunk;
 };
+
+// The layers of each model chunk, in pipeline order: the scenario's layout, or an even split.
+std::vector<int64_t> chunk_layer_counts(const PipelineSpec& pp, int64_t num_layers);
 
 struct ParallelSpec {
   FsdpSpec fsdp;
@@ -249,6 +278,14 @@ struct EnumNames<PipelineSchedule> {
   static constexpr std::array<std::pair<std::string_view, PipelineSchedule>, 2> names{{
       {"1f1b", PipelineSchedule::one_f_one_b},
       {"interleaved_1f1b", PipelineSchedule::interleaved_1f1b},
+  }};
+};
+template <>
+struct EnumNames<GradientSync> {
+  static constexpr std::array<std::pair<std::string_view, GradientSync>, 3> names{{
+      {"auto", GradientSync::automatic},
+      {"every_micro_batch", GradientSync::every_micro_batch},
+      {"last_micro_batch", GradientSync::last_micro_batch},
   }};
 };
 template <>

@@ -32,7 +32,7 @@ TEST_CASE("a large GEMM runs at the curve's efficiency of the peak, plus the lau
   const Op op = gemm(8192, 8192, 8192);
   const double eff = hw.efficiency.gemm.max * 8192 / (8192 + hw.efficiency.gemm.half_at);
   CHECK(cost.kernel_seconds(op) == doctest::Approx(op.flops / (989e12 * eff) + hw.device.kernel_launch_overhead.value));
-  // Measured here: ~790-807 TFLOP/s (REFERENCE.md section 7).
+  // Measured with cuBLAS on an H200: ~790-807 TFLOP/s (docs/modelling.md#measured-on-h200).
   const double tflops = op.flops / (cost.kernel_seconds(op) - hw.device.kernel_launch_overhead.value) / 1e12;
   CHECK(tflops > 780);
   CHECK(tflops < 815);

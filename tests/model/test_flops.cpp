@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // FLOP accounting against closed forms: Kaplan's 2N per token for matmuls, the attention terms of
-// REFERENCE.md sections 2 and 3, and Megatron's per-step count for GPT-3.
+// docs/modelling.md (#kda, #dsa), and Megatron's per-step count for GPT-3.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -39,7 +39,7 @@ TEST_CASE("DSA: sparse attention is 428 MFLOP per query token at long context wi
   CHECK(short_ctx.at("dsa_sparse_attention") == doctest::Approx(2.0 * 96 * (576 + 512) * 1001 / 2));
 }
 
-TEST_CASE("DSA beats dense MLA per token once context exceeds ~14K (REFERENCE.md section 3)") {
+TEST_CASE("DSA beats dense MLA per token once context exceeds ~14K (docs/modelling.md#dsa)") {
   const ModelSpec k3 = load("kimi-k3");
   const ModelSpec dsa = load("kimi-k3-dsa");
   auto dense = [&](int64_t n) { return attention_core_flops(k3, AttentionKind::mla, n).at("mla_dense"); };

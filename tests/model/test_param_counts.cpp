@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Parameter accounting against official totals (REFERENCE.md section 5) and against the hand
-// derivation of Kimi K3 in REFERENCE.md section 1.
+// Parameter accounting against official totals (docs/modelling.md#reference-models) and against the
+// hand derivation of Kimi K3 (docs/modelling.md#kimi-k3).
 #include <doctest/doctest.h>
 
 #include "model/accounting.hpp"
@@ -20,8 +20,8 @@ int64_t component(const ParamReport& r, const std::string& name) {
 }
 
 // Publishers differ on whether the input embedding counts as "activated": Moonshot (K3, as
-// REFERENCE.md states) and DeepSeek leave it out, Qwen and Mistral count it (Qwen3-30B-A3B's 3.3B
-// is 3.04B + its 0.31B embedding).
+// docs/modelling.md#kimi-k3 states) and DeepSeek leave it out, Qwen and Mistral count it
+// (Qwen3-30B-A3B's 3.3B is 3.04B + its 0.31B embedding).
 enum class Active { excluding_embedding, including_embedding };
 
 struct Official {
@@ -65,11 +65,11 @@ TEST_CASE("Kimi K3: text 2,779.5B, with vision 2.78T, active 104.2B (105.4B with
   CHECK(static_cast<double>(r.vision_params) == doctest::Approx(0.4e9).epsilon(0.25));  // "about 0.4B"
   CHECK(r.active_params == doctest::Approx(104.2e9).epsilon(0.03));
   CHECK(r.active_params_with_embedding == doctest::Approx(105.4e9).epsilon(0.03));
-  // ~5.6 TB of BF16 weights (the seeds).
+  // ~5.6 TB of BF16 weights (docs/modelling.md#kimi-k3).
   CHECK(r.total_weight_bytes == doctest::Approx(5.56e12).epsilon(0.01));
 }
 
-TEST_CASE("Kimi K3 components equal REFERENCE.md's hand derivation") {
+TEST_CASE("Kimi K3 components equal the hand derivation of docs/modelling.md#kimi-k3") {
   const ParamReport r = count_params(load("kimi-k3"));
   const double d = 7168, l = 3584, f = 3072, v = 163840;
   CHECK(component(r, "moe.routed_experts") == static_cast<int64_t>(92 * 896 * 3 * l * f));  // 2,722.7B

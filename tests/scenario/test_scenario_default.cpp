@@ -8,7 +8,7 @@
 
 using namespace moesim;
 
-TEST_CASE("the embedded default is the seeds' configuration") {
+TEST_CASE("the embedded default is LoRA fine-tuning of K3 with FSDP2 + EP64 on a 128-device supernode") {
   const Scenario s = load_scenario(read_input(std::string(kDefaultScenario), "scenarios", "SCENARIO"));
   CHECK(s.model.name == "kimi-k3-dsa");
   CHECK(s.hardware.name == "supernode-128");

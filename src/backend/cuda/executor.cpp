@@ -263,27 +263,37 @@ IndexTables build_tables(const StepGraph& g, const ModelSpec& m, int64_t rank, s
   return t;
 }
 
-// NCCL communicators: per group kind with more than one member, one ncclCommInitAll per group.
+// NCCL communicators: one per communication queue whose group has more than one member, one
+// ncclCommInitAll per group instance. Every queue needs its own: operations on one communicator
+// issued from several streams may deadlock (the four pipeline queues share the pp group).
 struct Comms {
-  // [rank][group kind]
-  std::vector<std::array<GroupComm, kNumGroupKinds>> of;
+  // [rank][queue]
+  std::vector<std::array<GroupComm, kNumQueues>> of;
   std::vector<ncclComm_t> all;
   ~Comms() {
     for (ncclComm_t c : all) (void)ncclCommDestroy(c);
   }
 };
 
+// The communicator an op uses: its queue's, or, for a collective run on the compute queue (no
+// comm/compute overlap), its group's.
+int communicator_of(const Op& op) {
+  const int q = queue_of(op);
+  return q >= 2 ? q : 2 + static_cast<int>(op.group);
+}
+
 void init_comms(const StepGraph& g, const std::vector<int>& devices, Comms& c) {
   const int64_t n = g.plan.num_ranks();
   c.of.assign(static_cast<size_t>(n), {});
-  std::array<bool, kNumGroupKinds> used{};
+  std::array<bool, kNumQueues> used{};
   for (const Program& p : g.programs) {
     for (const Op& op : p.ops) {
-      if (is_communication(op.kind)) used[static_cast<size_t>(op.group)] = true;
+      if (is_communication(op.kind)) used[static_cast<size_t>(communicator_of(op))] = true;
     }
   }
-  for (const auto& [name, kind] : EnumNames<GroupKind>::names) {
-    const auto k = static_cast<size_t>(kind);
+  for (int q = 2; q < kNumQueues; ++q) {
+    const GroupKind kind = queue_group(q);
+    const auto k = static_cast<size_t>(q);
     if (!used[k] || g.plan.group_size(kind) <= 1) continue;
     std::map<int64_t, std::vector<int64_t>> groups;
     for (int64_t r = 0; r < n; ++r) groups.try_emplace(g.plan.group_id(r, kind), g.plan.members(r, kind));
@@ -439,7 +449,7 @@ void issue_step(RankState& r, const StepGraph& g, const Scenario& sc, const Comm
     env.optimizer = &r.optimizer;
     env.pinned = r.pinned;
     env.pinned_bytes = r.pinned_bytes;
-    if (is_communication(op.kind)) env.comm = comms.of[static_cast<size_t>(r.rank)][static_cast<size_t>(op.group)];
+    if (is_communication(op.kind)) env.comm = comms.of[static_cast<size_t>(r.rank)][static_cast<size_t>(communicator_of(op))];
     launch_op(env, p, i);
     MOESIM_CUDA_CHECK(cudaEventRecord(r.end[i], s));
   }

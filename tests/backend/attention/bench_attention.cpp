@@ -2,7 +2,8 @@
 // attention_bench: times every attention kernel at K3 per-rank shapes (models/kimi-k3-dsa.json:
 // 96 heads, KDA 128 x 128, MLA qk 192 / v 128, indexer 64 x 128, top-2048, latent 512 + rope 64)
 // and prints a markdown table of achieved FLOP/s and bytes/s against the peaks given (defaults:
-// H200 dense BF16 989 TFLOP/s and HBM 4.8 TB/s, REFERENCE.md section 6).
+// H200 dense BF16 989 TFLOP/s and HBM 4.8 TB/s, from NVIDIA's H200 datasheet:
+// docs/modelling.md#hardware-figures).
 //   attention_bench [--seq N] [--batch N] [--heads N] [--repeats N] [--only kda|mla|dsa]
 //                   [--peak-tflops X] [--peak-gbps X] [--out FILE]
 #include <cstdio>

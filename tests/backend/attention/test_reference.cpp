@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // CPU only: the attention references' backward passes against central finite differences of their
-// forward passes (double), on small shapes; and the cost functions against REFERENCE.md's figures.
+// forward passes (double), on small shapes; and the cost functions against the figures of
+// docs/modelling.md.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -152,7 +153,7 @@ TEST_CASE("DSA references: indexer and sparse attention backward match finite di
   }
 }
 
-TEST_CASE("cost functions reproduce REFERENCE.md's figures for K3") {
+TEST_CASE("cost functions reproduce docs/modelling.md's figures for K3") {
   // KDA: about 12.2 MFLOP per token per layer (96 heads, dh 128, C 64).
   const KdaShape kda{.batch = 1, .seq = 8192, .heads = 96};
   CHECK(kda_forward_cost(kda).flops / 8192 == doctest::Approx(12.19e6).epsilon(1e-3));

@@ -23,7 +23,7 @@ namespace moesim::cuda {
 enum class AttentionImpl { simt, tensor_core };
 
 // What one launch does, in the units the calibrator compares against peaks. `flops` follows the
-// simulator's formulas (REFERENCE.md and src/graph/attention_ops.cpp), not the kernel's actual
+// simulator's formulas (docs/modelling.md and src/graph/attention_ops.cpp), not the kernel's actual
 // instruction count (a recomputing backward does more); `bytes` is the minimum traffic: every
 // input read once, every output written once, workspaces not counted.
 struct KernelCost {

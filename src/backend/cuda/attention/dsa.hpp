@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
-// DSA (DeepSeek Sparse Attention, REFERENCE.md section 3): the lightning indexer, top-k key
+// DSA (DeepSeek Sparse Attention, docs/modelling.md#dsa): the lightning indexer, top-k key
 // selection per query, and sparse MQA ("absorbed" MLA) attention over the selected latents.
 //
 // Indexer: scores [B, T, T] FP32, entry (t, s) = sum_j w(t, j) ReLU(q(t, j) . k(s)) for s <= t
 // (entries above the diagonal are not written). q [B, T, Hi, di] BF16, k [B, T, di] BF16 (one
 // indexer key per token, shared by the heads), w [B, T, Hi] FP32 (any constant scale folded in).
-// BF16 here; the production indexer runs in FP8 after a Hadamard rotation (a later step).
+// BF16 here; the production indexer runs in FP8 after a Hadamard rotation (not done here).
 // Supported: di == 128, any Hi.
 // Top-k: idx [B, T, top_k] int32, the top_k causal keys of each query by score (ties broken
 // arbitrarily), in no particular order; when t + 1 <= top_k every key s <= t is kept and the
@@ -67,9 +67,9 @@ void dsa_sparse_backward(const DsaAttentionShape& s, const uint16_t* q, const ui
                          const uint16_t* o, const float* lse, const uint16_t* d_o, float scale, float* dq, float* dkv,
                          void* workspace, cudaStream_t stream, AttentionImpl impl = AttentionImpl::tensor_core);
 
-// Indexer: 2 * Hi * di FLOPs per causal pair (REFERENCE.md; the ReLU and weighting not counted),
-// backward twice that. Top-k: no FLOPs, reads the causal scores and writes the indices. Sparse
-// attention: 2 * H * (latent + rope + latent) per kept pair, backward twice that.
+// Indexer: 2 * Hi * di FLOPs per causal pair (docs/modelling.md#dsa; the ReLU and weighting not
+// counted), backward twice that. Top-k: no FLOPs, reads the causal scores and writes the indices.
+// Sparse attention: 2 * H * (latent + rope + latent) per kept pair, backward twice that.
 KernelCost dsa_indexer_cost(const DsaIndexerShape& s);
 KernelCost dsa_indexer_backward_cost(const DsaIndexerShape& s);
 KernelCost dsa_topk_cost(const DsaIndexerShape& s);

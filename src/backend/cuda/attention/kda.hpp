@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// KDA (Kimi Delta Attention) core: the gated delta rule with a per-channel decay, REFERENCE.md
-// section 2. Per batch b, head h, with state S (dk x dv, zero at t = 0):
+// KDA (Kimi Delta Attention) core: the gated delta rule with a per-channel decay, Kimi Linear
+// (arXiv 2510.26692; docs/modelling.md#kda). Per batch b, head h, with state S (dk x dv, zero at
+// t = 0):
 //   S_t = (I - beta_t k_t k_t^T) Diag(exp(g_t)) S_{t-1} + beta_t k_t v_t^T,   o_t = scale * S_t^T q_t
 // q and k are expected L2-normalised (the short conv, SiLU and normalisation are separate ops);
 // g_t <= 0 is the log of the decay alpha_t (per channel), beta_t in (0, 1) one scalar per head.
@@ -49,7 +50,7 @@ void kda_backward(const KdaShape& s, const uint16_t* q, const uint16_t* k, const
                   const float* beta, const uint16_t* d_o, float scale, float* dq, float* dk, float* dv, float* dg,
                   float* dbeta, void* workspace, cudaStream_t stream);
 
-// FLOPs per head and token, forward: 6 dh^2 + 3 C dh + C^2 (REFERENCE.md section 2, dh = dk);
+// FLOPs per head and token, forward: 6 dh^2 + 3 C dh + C^2 (docs/modelling.md#kda, dh = dk);
 // backward counted as twice the forward, as the simulator's graph does.
 KernelCost kda_forward_cost(const KdaShape& s);
 KernelCost kda_backward_cost(const KdaShape& s);

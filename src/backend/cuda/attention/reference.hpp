@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // CPU references of the attention kernels: plain C++, double throughout, written from the
-// definitions (recurrences and softmax as in REFERENCE.md), not from the kernels' algorithms, so
+// definitions (recurrences and softmax as in docs/modelling.md), not from the kernels' algorithms, so
 // that a shared mistake is unlikely. Inputs are the values the GPU sees (BF16 inputs widened to
 // double), layouts as in the kernel headers. Small shapes only: the backward references keep
 // every per-token state.

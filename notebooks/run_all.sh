@@ -123,7 +123,7 @@ for days in 1 7 30; do
   done
 done
 
-# --- what_if: the seeds' what-ifs, each the default with one field changed ----------------------
+# --- what_if: what-ifs of the default, each the default with one field changed ----------------------
 # slug | group | changes (pointer=JSON ...); the notebook reads groups and changes from the manifest.
 # Skew 0 is the default's uniform routing (a skewed distribution needs a positive exponent).
 whatifs=(

@@ -349,11 +349,11 @@ struct Engine::Impl {
       schedule(t + to_ps(seconds), EventKind::op_done, slot, op_index);
       return;
     }
-    ++comm_in_flight[static_cast<size_t>(slot)];
     if (is_p2p(op.kind)) {
       start_p2p(slot, op_index, op, t);
       return;
     }
+    ++comm_in_flight[static_cast<size_t>(slot)];
     const int64_t key = group_key(slot, op.group);
     const int32_t match = index[static_cast<size_t>(p.stage)].match[op_index];
     Instance& inst = instances[{static_cast<int>(op.group), key, match}];
@@ -380,6 +380,7 @@ struct Engine::Impl {
     const int64_t me = g.plan.group_rank(rank, op.group);
     const int64_t peer_index = me + op.peer_offset;
     if (peer_index < 0 || peer_index >= g.plan.group_size(op.group)) {
+      ++comm_in_flight[static_cast<size_t>(slot)];  // balanced in finish_op
       schedule(t, EventKind::op_done, slot, op_index);  // the first or last member: nothing to exchange
       return;
     }
@@ -397,6 +398,9 @@ struct Engine::Impl {
     auto& waiting = p2p_waiting[key];
     waiting.emplace_back(slot, op_index);
     if (waiting.size() < 2) return;
+    // A posted send or receive only waits for its peer; it interferes with compute (the overlap
+    // slowdown) from when the pair meets and data moves.
+    for (const auto& [s, i] : waiting) ++comm_in_flight[static_cast<size_t>(s)];
     GroupPlacement gp{2, sender / domain_size == receiver / domain_size ? 1 : 2, 1};
     const CollectiveCost c = cost.collective(OpKind::send, op.comm_bytes, gp);
     launch_flow(waiting, c, t, true, Participants{sender, op.group, receiver}, true);

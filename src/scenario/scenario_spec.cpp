@@ -137,8 +137,8 @@ template <class F>
 void declare_fields(F& f, OverlapSpec& s) {
   f.optional("comm_compute", s.comm_compute, true, "Run collectives on their own stream, overlapping compute.");
   f.optional("moe_local_first", s.moe_local_first, true,
-             "Experts start on tokens already local while the dispatch all-to-all is in flight (read by the "
-             "engine, issue 4; the op graph does not split the expert GEMMs yet).");
+             "Experts start on tokens already local while the dispatch all-to-all is in flight. Not modelled yet: "
+             "the op graph does not split the expert GEMMs, so this switch changes nothing today.");
 }
 
 template <class F>

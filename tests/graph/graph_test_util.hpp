@@ -34,6 +34,9 @@ struct Plan {
   bool reshard = true;
   std::string fused = "{}";
   bool overlap = true;
+  int64_t zero_stage = 3;
+  std::string gradient_sync = "auto";
+  std::string layers_per_chunk = "[]";
 };
 
 // The default scenario's plan at test size: LoRA on Kimi K3 (DSA) over one 128-device supernode,
@@ -74,11 +77,12 @@ inline Scenario scenario(const Plan& p) {
   text += R"(}, "batch": {"global_batch_size": )" + std::to_string(p.global_batch) + R"(, "micro_batch_size": )" +
           std::to_string(p.micro_batch) + R"(, "sequence_length": )" + std::to_string(p.seq) +
           R"(}, "parallel": {"fsdp": {"shard": )" + std::to_string(p.shard) + R"(, "replicate": )" +
-          std::to_string(p.replicate) + R"(, "reshard_after_forward": )" + (p.reshard ? "true" : "false") +
+          std::to_string(p.replicate) + R"(, "zero_stage": )" + std::to_string(p.zero_stage) +
+          R"(, "gradient_sync": ")" + p.gradient_sync + R"(", "reshard_after_forward": )" + (p.reshard ? "true" : "false") +
           R"(}, "ep": )" + std::to_string(p.ep) + R"(, "tp": {"degree": )" + std::to_string(p.tp) +
           R"(, "sequence_parallel": )" + (p.sp ? "true" : "false") + R"(}, "pp": {"stages": )" + std::to_string(p.pp) +
           R"(, "schedule": ")" + p.schedule + R"(", "virtual_stages": )" + std::to_string(p.virtual_stages) +
-          R"(}, "cp": )" + std::to_string(p.cp) + R"(}, "recompute": {"policy": ")" + p.recompute +
+          R"(, "layers_per_chunk": )" + p.layers_per_chunk + R"(}, "cp": )" + std::to_string(p.cp) + R"(}, "recompute": {"policy": ")" + p.recompute +
           R"("}, "swap": {"enabled": )" + (p.swap ? "true" : "false") + R"(, "ops": )" + (p.swap ? p.swap_ops : "[]") +
           R"(}, "loss": )" + p.loss + R"(, "fused_ops": )" + p.fused + R"(, "overlap": {"comm_compute": )" +
           (p.overlap ? "true" : "false") + "}}";

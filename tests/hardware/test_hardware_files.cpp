@@ -32,7 +32,9 @@ TEST_CASE("datasheet numbers arrive in SI units") {
   const HardwareSpec h200 = load("h200-hgx");
   CHECK(h200.device.peak_flops.bf16.value == doctest::Approx(989e12));
   CHECK(h200.device.peak_flops.of(Dtype::fp8)->value == doctest::Approx(1979e12));
-  CHECK(h200.device.hbm_capacity.value == doctest::Approx(141e9));
+  // Capacity as the device reports it (nvidia-smi: 143,771 MiB), not the datasheet's "141 GB".
+  CHECK(h200.device.hbm_capacity.value == doctest::Approx(143771.0 * (1 << 20)).epsilon(1e-12));
+  CHECK(load("h100-hgx").device.hbm_capacity.value == doctest::Approx(85'520'809'984.0).epsilon(1e-12));
   CHECK(h200.device.hbm_bandwidth.value == doctest::Approx(4.8e12));
   CHECK(h200.fabric.scale_up.port_bandwidth.value == doctest::Approx(450e9));    // 900 GB/s bidirectional
   CHECK(h200.fabric.scale_out->nic_bandwidth.value == doctest::Approx(50e9));    // 400 Gb/s

@@ -1,0 +1,258 @@
+// SPDX-License-Identifier: MIT
+// Pipeline schedules and gradient synchronisation against closed forms: every op of every rank
+// runs; the 1F1B and interleaved bubbles are (p - 1) / (v m) of the ideal time on uniform stages;
+// step time never falls as micro-batches are added; 1F1B holds at most p micro-batches of
+// activations on the first stage; a deadlocked program is an error naming where each rank waits;
+// DDP and the distributed optimizer reduce gradients once per step, FSDP2 as chosen.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+
+#include "../graph/graph_test_util.hpp"
+#include "engine/engine.hpp"
+
+using namespace moesim;
+using test::Plan;
+
+namespace {
+
+// One rank per stage of a model whose stages do equal work (tests/data/pipeline-uniform.json),
+// trained in full (backward about twice the forward, as the closed form assumes).
+Plan uniform_pipeline(int64_t stages, int64_t virtual_stages, int64_t micro_batches) {
+  Plan p;
+  p.model = "tests/data/pipeline-uniform.json";
+  p.devices = stages;
+  p.shard = 1;
+  p.pp = stages;
+  p.virtual_stages = virtual_stages;
+  p.schedule = virtual_stages > 1 ? "interleaved_1f1b" : "1f1b";
+  p.global_batch = micro_batches;
+  p.seq = 4096;
+  return p;
+}
+
+struct Run {
+  StepGraph graph;
+  StepResult result;
+};
+
+Run simulate(const Plan& plan, bool record = false) {
+  const Scenario s = test::scenario(plan);
+  Run run{build_step_graph(s), {}};
+  const CostModel cost(s.hardware);
+  EngineOptions o;
+  o.record_timeline = record;
+  run.result = Engine(run.graph, cost).run(o);
+  return run;
+}
+
+size_t ops_of_all_ranks(const StepGraph& g) {
+  size_t n = 0;
+  for (int64_t r = 0; r < g.plan.num_ranks(); ++r) n += g.programs[static_cast<size_t>(g.plan.program_of(r))].ops.size();
+  return n;
+}
+
+double seconds(Picoseconds t) { return static_cast<double>(t) * 1e-12; }
+
+}  // namespace
+
+TEST_CASE("pipeline schedules: every op runs, and the bubble is (p - 1) / (v m) of the ideal step") {
+  for (int64_t p : {2, 4, 8}) {
+    for (int64_t v : {1, 2, 3}) {
+      double previous_step = 0;
+      for (int64_t m : {1, 2, 4, 8, 32, 128}) {
+        if (v > 1 && m % p != 0) continue;  // Megatron's interleaved schedule needs m a multiple of p
+        CAPTURE(p);
+        CAPTURE(v);
+        CAPTURE(m);
+        const Run run = simulate(uniform_pipeline(p, v, m), true);
+        const StepResult& r = run.result;
+        CHECK(r.timeline.records.size() == ops_of_all_ranks(run.graph));
+        // The compute stream of the slowest stage: busy for the ideal time (its micro-batches and
+        // the optimizer step after them), idle for the bubble.
+        double optimizer = 0;
+        for (const auto& [kind, t] : r.compute_busy) optimizer += kind == OpKind::optimizer ? seconds(t) : 0;
+        const double busy = seconds(r.compute_stream_busy) - optimizer;
+        const double bubble = (seconds(r.step_time) - seconds(r.compute_stream_busy)) / busy;
+        const double expected = static_cast<double>(p - 1) / static_cast<double>(v * m);
+        CHECK(bubble == doctest::Approx(expected).epsilon(0.02));
+        // More micro-batches of the same size never make the step shorter.
+        CHECK(seconds(r.step_time) >= previous_step);
+        previous_step = seconds(r.step_time);
+      }
+    }
+  }
+}
+
+TEST_CASE("1F1B holds at most p micro-batches of activations on the first stage, whatever m") {
+  for (int64_t p : {2, 4}) {
+    CAPTURE(p);
+    auto activations = [&](int64_t m) {
+      const Run run = simulate(uniform_pipeline(p, 1, m));
+      const RankMemory& first = run.result.memory[0];
+      return first.peak_hbm_bytes - first.persistent_bytes;
+    };
+    const double one = activations(1);
+    const double deep = activations(8 * p);
+    CHECK(deep == doctest::Approx(activations(4 * p)).epsilon(1e-9));  // bounded: independent of m
+    // p in flight (a transient or two beside them, hence the slack below one micro-batch).
+    CHECK(deep > (static_cast<double>(p) - 0.5) * one);
+    CHECK(deep < (static_cast<double>(p) + 0.5) * one);
+  }
+}
+
+TEST_CASE("a program that deadlocks is an error naming the op each rank waits in, never a step time") {
+  // Two stages whose sends each wait for the other's receive to complete first: the classic
+  // cycle of blocking pipeline point-to-point.
+  StepGraph g;
+  g.plan = ParallelPlan(MeshShape{2, 1, 1, 1, 1, 1});
+  g.tokens_per_micro_batch = 1;
+  for (int64_t stage = 0; stage < 2; ++stage) {
+    Program p;
+    p.stage = stage;
+    ProgramWriter w(p);
+    Op recv;
+    recv.kind = OpKind::recv;
+    recv.stream = Stream::comm;
+    recv.group = GroupKind::pp;
+    recv.phase = stage == 0 ? Phase::bwd : Phase::fwd;
+    recv.peer_offset = stage == 0 ? 1 : -1;
+    recv.comm_bytes = 1e6;
+    const uint32_t r = w.add(recv, stage == 0 ? "pp_recv.gradient" : "pp_recv.activation");
+    Op send = recv;
+    send.kind = OpKind::send;
+    send.phase = stage == 0 ? Phase::fwd : Phase::bwd;
+    const uint32_t s = w.add(send, stage == 0 ? "pp_send.activation" : "pp_send.gradient");
+    w.order_after(s, r);
+    g.programs.push_back(std::move(p));
+  }
+  const HardwareSpec hw = load_hardware(read_input("h200-hgx", "hardware", "HARDWARE"));
+  const CostModel cost(hw);
+  Engine engine(g, cost);
+  try {
+    engine.run({});
+    FAIL("a deadlocked step must not report a step time");
+  } catch (const SimulationError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("2 of 2 simulated ranks") != std::string::npos);
+    CHECK(what.find("'pp_recv.gradient' waits for rank 1 to post the matching send") != std::string::npos);
+    CHECK(what.find("'pp_send.activation' waits for 'pp_recv.gradient'") != std::string::npos);
+    CHECK(what.find("'pp_recv.activation' waits for rank 0 to post the matching send") != std::string::npos);
+  }
+}
+
+namespace {
+
+// Collectives of one op-name suffix in rank 0's program ("ddp_all_reduce.params", ...).
+std::map<std::string, int64_t> reductions(const StepGraph& g) {
+  std::map<std::string, int64_t> out;
+  const Program& p = g.programs[0];
+  for (const Op& op : p.ops) {
+    if (op.kind != OpKind::all_reduce && op.kind != OpKind::reduce_scatter && op.kind != OpKind::all_gather) continue;
+    const std::string& name = p.name_of(op);
+    out[name.substr(name.find('.') + 1)] += 1;
+  }
+  return out;
+}
+
+Plan data_parallel(int64_t zero_stage, const std::string& sync) {
+  Plan p;
+  p.model = "tests/data/pipeline-uniform.json";
+  p.devices = 8;
+  p.shard = 8;
+  p.zero_stage = zero_stage;
+  p.gradient_sync = sync;
+  p.global_batch = 32;  // 4 micro-batches per rank
+  p.seq = 2048;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("gradient synchronisation: DDP and the distributed optimizer once per step, FSDP2 as chosen") {
+  const int64_t units = 48 + 2;  // layers, the embedding and the head
+  const int64_t micro = 4;
+  {
+    const StepGraph g = build_step_graph(test::scenario(data_parallel(0, "auto")));
+    auto n = reductions(g);
+    CHECK(n["ddp_all_reduce.params"] == units);  // once per step
+    CHECK(n["fsdp_reduce_scatter.params"] == 0);
+    CHECK(n["fsdp_all_gather.params"] == 0);
+  }
+  {
+    const StepGraph g = build_step_graph(test::scenario(data_parallel(1, "auto")));
+    auto n = reductions(g);
+    CHECK(n["fsdp_reduce_scatter.params"] == units);  // once per step
+    CHECK(n["fsdp_all_gather.params"] == units);      // updated parameters, once per step
+  }
+  {
+    const StepGraph g = build_step_graph(test::scenario(data_parallel(3, "auto")));
+    auto n = reductions(g);
+    CHECK(n["fsdp_reduce_scatter.params"] == units * micro);   // FSDP2's default: every micro-batch
+    CHECK(n["fsdp_all_gather.params"] == units * micro * 2);  // forward and backward of each
+  }
+  {
+    const StepGraph g = build_step_graph(test::scenario(data_parallel(3, "last_micro_batch")));
+    CHECK(reductions(g)["fsdp_reduce_scatter.params"] == units);
+  }
+  {
+    Plan p = data_parallel(0, "every_micro_batch");
+    CHECK(reductions(build_step_graph(test::scenario(p)))["ddp_all_reduce.params"] == units * micro);
+  }
+}
+
+TEST_CASE("persistent state per rank follows the ZeRO stage: 2 + 4 + 4 + 8 bytes per parameter, sharded stage by stage") {
+  // Full training in BF16 with FP32 master weights, gradients and AdamW moments (the defaults).
+  const Scenario s0 = test::scenario(data_parallel(0, "auto"));
+  const double n = static_cast<double>(build_step_graph(s0).programs[0].persistent.master_params) / 4;  // every parameter
+  const double d = 8;
+  for (int64_t zero = 0; zero <= 3; ++zero) {
+    CAPTURE(zero);
+    const PersistentMemory m = build_step_graph(test::scenario(data_parallel(zero, "auto"))).programs[0].persistent;
+    const double params = zero >= 3 ? 0 : 2 * n;  // FSDP2 keeps no BF16 copy of trainable weights
+    CHECK(m.params == doctest::Approx(params).epsilon(1e-12));
+    CHECK(m.master_params == doctest::Approx(4 * n / (zero >= 1 ? d : 1)).epsilon(1e-12));
+    CHECK(m.grads == doctest::Approx(4 * n / (zero >= 2 ? d : 1)).epsilon(1e-12));
+    CHECK(m.optimizer_states == doctest::Approx(8 * n / (zero >= 1 ? d : 1)).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("FSDP2 syncing only the last micro-batch holds the unsharded gradients across micro-batches") {
+  const Run every = simulate(data_parallel(3, "every_micro_batch"));
+  const Run last = simulate(data_parallel(3, "last_micro_batch"));
+  const double held = last.result.memory[0].peak_hbm_bytes - every.result.memory[0].peak_hbm_bytes;
+  // At the peak, the last backward holds every unit's full FP32 gradients instead of one unit's.
+  const double full_grads = last.graph.programs[0].persistent.grads * 8;  // sharded over 8
+  CHECK(held > 0.8 * full_grads);
+  CHECK(held < full_grads);
+  CHECK(seconds(last.result.step_time) < seconds(every.result.step_time));  // fewer reduce-scatters
+}
+
+TEST_CASE("uneven pipeline layouts: the counts of layers per chunk decide each stage's work") {
+  Plan even = uniform_pipeline(4, 1, 8);
+  Plan uneven = even;
+  uneven.layers_per_chunk = "[9, 13, 13, 13]";  // Megatron-style: a lighter first stage
+  const Run a = simulate(even);
+  const Run b = simulate(uneven);
+  auto layers_of = [](const Program& p) {
+    std::set<int32_t> layers;
+    for (const Op& op : p.ops) {
+      if (op.layer >= 1 && op.layer <= 48) layers.insert(op.layer);
+    }
+    return layers;
+  };
+  CHECK(layers_of(b.graph.programs[0]).size() == 9);
+  CHECK(*layers_of(b.graph.programs[1]).begin() == 10);
+  CHECK(layers_of(b.graph.programs[3]).size() == 13);
+  // The slowest stage sets the pace: 13 layers instead of 12.
+  CHECK(seconds(b.result.step_time) > seconds(a.result.step_time));
+  // Empty first chunk: the embedding alone on stage 0 (layouts that give it a stage).
+  Plan embedding_alone = even;
+  embedding_alone.layers_per_chunk = "[0, 16, 16, 16]";
+  const Run c = simulate(embedding_alone);
+  CHECK(layers_of(c.graph.programs[0]).empty());
+  CHECK(c.result.step_time > 0);
+}

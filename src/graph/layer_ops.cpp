@@ -190,8 +190,11 @@ LayerTape build_layer_tape(const LayerContext& c, int64_t layer) {
   return tape;
 }
 
+// Under TP the embedding is vocabulary-parallel (Megatron's VocabParallelEmbedding): each TP rank
+// holds vocab / tp rows, looks up every token of the sequence (its own rows, zeros elsewhere) and
+// the partial sums leave the TP region like a layer's output (reduce-scatter with SP).
 LayerTape build_embedding_tape(const LayerContext& c) {
-  const int64_t rows = c.sp_tokens(), d = c.model->hidden_size;
+  const int64_t rows = c.tp > 1 ? c.tokens : c.sp_tokens(), d = c.model->hidden_size;
   LayerTape tape(matrix_desc(rows, 1, Dtype::int32), "token_ids", false);
   TapeBuilder b(c, tape);
   const int h = b.act_tensor(rows, d, "embedding.out");
@@ -208,11 +211,12 @@ LayerTape build_embedding_tape(const LayerContext& c) {
   op.bwd_needs = {0};
   op.bwd_kind = OpKind::embedding;
   b.add(op);
+  const int summed = b.exit_tp("embedding", h);
   if (c.model->position == PositionKind::learned) {
-    const int hp = b.pointwise(OpKind::elementwise, "position_embedding", {h}, rows, d, 1.0, {}, c.act);
+    const int hp = b.pointwise(OpKind::elementwise, "position_embedding", {summed}, c.sp_tokens(), d, 1.0, {}, c.act);
     tape.set_output(hp);
   } else {
-    tape.set_output(h);
+    tape.set_output(summed);
   }
   return tape;
 }

@@ -179,7 +179,7 @@ class StepBuilder {
 
   Unit embedding_unit() const {
     Unit u;
-    u.params = static_cast<double>(m_.vocab_size * m_.hidden_size);
+    u.params = static_cast<double>(m_.vocab_size * m_.hidden_size) / static_cast<double>(c_.tp);  // vocabulary-parallel
     if (m_.position == PositionKind::learned) u.params += static_cast<double>(m_.max_position_embeddings * m_.hidden_size);
     u.trainable = c_.train_base ? u.params : 0;
     return u;
@@ -413,7 +413,8 @@ class StepBuilder {
     const int32_t mi = static_cast<int32_t>(micro);
     Boundary h{0, -1};
     if (g == 0) {
-      const uint32_t ids = w.buffer(static_cast<double>(c_.sp_tokens()) * 4.0, MemCategory::activation, "token_ids");
+      const int64_t id_rows = c_.tp > 1 ? c_.tokens : c_.sp_tokens();  // every TP rank looks up all tokens
+      const uint32_t ids = w.buffer(static_cast<double>(id_rows) * 4.0, MemCategory::activation, "token_ids");
       h = run_unit_forward(w, 0, micro, build_embedding_tape(c_), Boundary{ids, -1}, {ids});
     } else {
       const int64_t from = (g - 1) % stages - (g % stages);

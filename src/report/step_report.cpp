@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -50,6 +51,31 @@ std::string category(OpKind k) {
     case OpKind::unpermute: return "permute";
     default: return "elementwise";
   }
+}
+
+// A report states only what can be true: no device computes faster than its peak, the compute
+// stream's time splits exactly into computing and what it waited for, and no rank holds negative
+// memory. A broken law is a defect of the simulator, reported as one (never a printed number).
+void check_report(const StepReport& r, const std::vector<StepResult>& steps) {
+  std::string broken;
+  constexpr double tol = 1e-9;
+  if (r.mfu > 1 + tol) broken += " MFU " + std::to_string(r.mfu) + " > 1;";
+  if (r.hfu > 1 + tol) broken += " HFU " + std::to_string(r.hfu) + " > 1;";
+  for (const StepResult& st : steps) {
+    Picoseconds accounted = st.compute_stream_busy;
+    for (const auto& [cause, t] : st.exposed) accounted += t;
+    if (accounted != st.step_time) {
+      broken += " compute " + std::to_string(st.compute_stream_busy) + " ps + exposed time != step " +
+                std::to_string(st.step_time) + " ps;";
+    }
+    for (size_t rank = 0; rank < st.memory.size(); ++rank) {
+      if (st.memory[rank].min_hbm_bytes < -1.0) {  // a byte of rounding over a step's sums
+        broken += " rank " + std::to_string(rank) + " holds negative HBM (" + std::to_string(st.memory[rank].min_hbm_bytes) +
+                  " bytes);";
+      }
+    }
+  }
+  if (!broken.empty()) throw std::logic_error("step report of '" + r.scenario + "' breaks its invariants:" + broken);
 }
 
 }  // namespace
@@ -122,6 +148,7 @@ StepReport make_step_report(const Scenario& s, const StepGraph& g, const GraphSt
   r.sim_wall_s = sim_wall_s;
   for (const StepResult& st : steps) r.num_events += st.num_events;
   r.num_simulated_ranks = steps.front().num_simulated_ranks;
+  check_report(r, steps);
   return r;
 }
 

@@ -301,3 +301,47 @@ TEST_CASE("without overlap, communication runs on the compute stream") {
   }
   check_invariants(g);
 }
+
+TEST_CASE("tensor parallelism splits the embedding over the vocabulary: 1/tp of the table, its partial sums reduce-scattered") {
+  Plan p = test::dense_tp8();  // Llama-3.1-405B, TP8 x FSDP2 2, sequence parallel
+  const Scenario s = test::scenario(p);
+  const StepGraph g = build_step_graph(s);
+  const double table = static_cast<double>(s.model.vocab_size * s.model.hidden_size);
+  int gathers = 0, reduce_scatters = 0;
+  for (const Op& op : g.programs[0].ops) {
+    if (op.layer != 0) continue;
+    if (op.kind == OpKind::all_gather && op.group == GroupKind::fsdp) {
+      ++gathers;
+      CHECK(op.comm_bytes == doctest::Approx(table / 8 * 2));  // this TP rank's vocabulary rows, bf16
+    }
+    if (op.kind == OpKind::reduce_scatter && op.group == GroupKind::tp && op.phase == Phase::fwd) {
+      ++reduce_scatters;
+      CHECK(op.comm_bytes == doctest::Approx(static_cast<double>(g.tokens_per_micro_batch * s.model.hidden_size) * 2));
+    }
+  }
+  CHECK(gathers > 0);
+  CHECK(reduce_scatters == g.num_micro_batches);
+  check_invariants(g);
+}
+
+TEST_CASE("every ZeRO stage and gradient sync mode balances memory, with and without a pipeline") {
+  for (int64_t zero = 0; zero <= 3; ++zero) {
+    for (const char* sync : {"every_micro_batch", "last_micro_batch"}) {
+      for (int64_t pp : {1, 2}) {
+        CAPTURE(zero);
+        CAPTURE(sync);
+        CAPTURE(pp);
+        Plan p;  // qwen3-30b-a3b: experts over EP 4 of the shard group 8 (expert-data-parallel 2)
+        p.ep = 4;
+        p.pp = pp;
+        p.devices = 8 * pp;
+        p.replicate = 1;
+        p.zero_stage = zero;
+        p.gradient_sync = sync;
+        p.global_batch = 32;
+        p.seq = 1024;
+        check_invariants(build_step_graph(test::scenario(p)));
+      }
+    }
+  }
+}

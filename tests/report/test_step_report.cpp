@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: MIT
+// The step report checks its own laws: a result that breaks one (time not accounted for, a
+// device above its peak, negative memory) is an error, never a printed number.
+#include <doctest/doctest.h>
+
+#include <stdexcept>
+
+#include "../graph/graph_test_util.hpp"
+#include "engine/engine.hpp"
+#include "graph/graph_stats.hpp"
+#include "report/step_report.hpp"
+
+using namespace moesim;
+
+TEST_CASE("a step report refuses results that break its invariants") {
+  test::Plan p;
+  p.ep = 8;
+  p.global_batch = 16;
+  p.seq = 2048;
+  const Scenario s = test::scenario(p);
+  const StepGraph g = build_step_graph(s);
+  const CostModel cost(s.hardware);
+  const GraphStats stats = compute_stats(g);
+  const StepResult good = Engine(g, cost).run({});
+  const StepReport r = make_step_report(s, g, stats, {good}, 0.0);
+  CHECK(r.mfu > 0);
+  CHECK(r.mfu <= r.hfu);
+  CHECK(r.hfu <= 1);
+
+  StepResult unaccounted = good;  // a cause of exposed time lost
+  REQUIRE(!unaccounted.exposed.empty());
+  unaccounted.exposed.pop_back();
+  CHECK_THROWS_AS(make_step_report(s, g, stats, {unaccounted}, 0.0), std::logic_error);
+
+  StepResult too_fast = good;  // a step shorter than the FLOPs allow at peak
+  too_fast.step_time /= 1000;
+  too_fast.compute_stream_busy /= 1000;
+  too_fast.exposed.clear();
+  too_fast.exposed.emplace_back("other", too_fast.step_time - too_fast.compute_stream_busy);
+  CHECK_THROWS_AS(make_step_report(s, g, stats, {too_fast}, 0.0), std::logic_error);
+
+  StepResult negative = good;
+  negative.memory[3].min_hbm_bytes = -1e6;
+  CHECK_THROWS_AS(make_step_report(s, g, stats, {negative}, 0.0), std::logic_error);
+}

@@ -93,23 +93,46 @@ class StepBuilder {
   int64_t num_micro() const { return num_micro_; }
   int64_t tokens() const { return c_.tokens; }
 
+  // Layers of each virtual chunk of `stage` (model chunk g = v * stages + stage).
+  std::vector<std::vector<int64_t>> chunk_layers_of(int64_t stage) const {
+    const auto& pp = spec_.parallel.pp;
+    const std::vector<int64_t> counts = chunk_layer_counts(pp, m_.num_layers);
+    std::vector<int64_t> first_layer(counts.size() + 1, 1);
+    for (size_t c = 0; c < counts.size(); ++c) first_layer[c + 1] = first_layer[c] + counts[c];
+    std::vector<std::vector<int64_t>> out(static_cast<size_t>(pp.virtual_stages));
+    for (int64_t v = 0; v < pp.virtual_stages; ++v) {
+      const auto g = static_cast<size_t>(v * pp.stages + stage);
+      for (int64_t l = first_layer[g]; l < first_layer[g + 1]; ++l) out[static_cast<size_t>(v)].push_back(l);
+    }
+    return out;
+  }
+
+  // The FSDP units of `stage`: its layers, the embedding on the first stage, the head on the
+  // last. Without adapters, LoRA adapters are left out (no layer tape is built).
+  void collect_units(int64_t stage, bool with_adapters) {
+    const auto& pp = spec_.parallel.pp;
+    units_.clear();
+    if (stage == 0) units_[0] = embedding_unit();
+    if (stage == (pp.stages * pp.virtual_stages - 1) % pp.stages) units_[m_.num_layers + 1] = head_unit();
+    for (const auto& layers : chunk_layers_of(stage)) {
+      for (int64_t l : layers) units_[l] = layer_unit(l, with_adapters);
+    }
+  }
+
+  PersistentMemory persistent_state(int64_t stage, bool with_adapters) {
+    collect_units(stage, with_adapters);
+    Program p;
+    persistent(p);
+    return p.persistent;
+  }
+
   Program build(int64_t stage) {
     Program program;
     program.stage = stage;
     ProgramWriter w(program);
     const auto& pp = spec_.parallel.pp;
     const int64_t chunks = pp.virtual_stages;
-    // Layers of each virtual chunk of this stage (model chunk g = v * stages + stage), and the
-    // units they make.
-    const std::vector<int64_t> counts = chunk_layer_counts(pp, m_.num_layers);
-    std::vector<int64_t> first_layer(counts.size() + 1, 1);
-    for (size_t c = 0; c < counts.size(); ++c) first_layer[c + 1] = first_layer[c] + counts[c];
-    std::vector<std::vector<int64_t>> chunk_layers(static_cast<size_t>(chunks));
-    for (int64_t v = 0; v < chunks; ++v) {
-      const auto g = static_cast<size_t>(v * pp.stages + stage);
-      for (int64_t l = first_layer[g]; l < first_layer[g + 1]; ++l) chunk_layers[static_cast<size_t>(v)].push_back(l);
-    }
-    units_.clear();
+    const std::vector<std::vector<int64_t>> chunk_layers = chunk_layers_of(stage);
     states_.clear();
     held_.clear();
     loss_.clear();
@@ -117,11 +140,7 @@ class StepBuilder {
     first_bwd_op_.clear();
     last_reduce_.clear();
     accumulated_.clear();
-    if (stage == 0) units_[0] = embedding_unit();
-    if (stage == (pp.stages * chunks - 1) % pp.stages) units_[m_.num_layers + 1] = head_unit();
-    for (const auto& layers : chunk_layers) {
-      for (int64_t l : layers) units_[l] = layer_unit(l);
-    }
+    collect_units(stage, true);
     persistent(program);
 
     for (const Action& a : pipeline_schedule(stage, pp.stages, chunks, num_micro_)) {
@@ -151,7 +170,7 @@ class StepBuilder {
 
   Stream comm_stream() const { return spec_.overlap.comm_compute ? Stream::comm : Stream::compute; }
 
-  Unit layer_unit(int64_t layer) const {
+  Unit layer_unit(int64_t layer, bool with_adapters) const {
     const LayerParams lp = layer_params(m_, layer);
     Unit u;
     u.params = static_cast<double>(lp.non_expert) / static_cast<double>(c_.tp);
@@ -161,6 +180,7 @@ class StepBuilder {
       u.expert_trainable = u.expert_params;
       return u;
     }
+    if (!with_adapters) return u;
     // LoRA: the adapters of this layer, as the tape builds them.
     const LayerTape tape = build_layer_tape(c_, layer);
     for (const auto& op : tape.ops()) {
@@ -613,6 +633,13 @@ class StepBuilder {
 };
 
 }  // namespace
+
+std::vector<PersistentMemory> persistent_state(const Scenario& s, const ParallelPlan& plan, bool with_adapters) {
+  StepBuilder builder(s, plan);
+  std::vector<PersistentMemory> out;
+  for (int64_t stage = 0; stage < plan.num_programs(); ++stage) out.push_back(builder.persistent_state(stage, with_adapters));
+  return out;
+}
 
 StepGraph build_step_graph(const Scenario& s) {
   StepGraph g;

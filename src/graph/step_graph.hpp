@@ -31,4 +31,11 @@ struct StepGraph {
 
 StepGraph build_step_graph(const Scenario& scenario);
 
+// Each pipeline stage's persistent state per rank (weights, master weights, gradients, optimizer
+// states by ZeRO stage; the runtime and communicator buffers are not included): what
+// build_step_graph puts in Program::persistent, without building the programs. Without adapters,
+// LoRA adapters are left out, which needs no layer tape (a cheap lower bound for sweeps).
+std::vector<PersistentMemory> persistent_state(const Scenario& scenario, const ParallelPlan& plan,
+                                               bool with_adapters = true);
+
 }  // namespace moesim

@@ -61,6 +61,18 @@ TEST_CASE("the bound is the graph's persistent state when every weight trains") 
       *small().load_with({{"/parallel/fsdp", R"({"shard": 4, "replicate": 2})"}, {"/parallel/ep", "2"}}).scenario,
       true);
   check_against_graph(*small().load_with({{"/training/optimizer/kind", "\"sgd\""}}).scenario, true);
+  // Every ZeRO stage, and tensor parallelism (a vocabulary-parallel embedding), uneven stages.
+  for (const char* zero : {"0", "1", "2"}) {
+    check_against_graph(*small().load_with({{"/parallel/fsdp/zero_stage", zero}}).scenario, true);
+  }
+  check_against_graph(
+      *small().load_with({{"/parallel/fsdp/shard", "4"}, {"/parallel/tp", R"({"degree": 2})"}, {"/parallel/ep", "4"}}).scenario,
+      true);
+  check_against_graph(*small()
+                           .load_with({{"/parallel/fsdp/shard", "4"}, {"/parallel/ep", "4"},
+                                       {"/parallel/pp", R"({"stages": 2, "layers_per_chunk": [20, 28]})"}})
+                           .scenario,
+                      true);
 }
 
 TEST_CASE("with LoRA the bound leaves out the adapters, so it is below the graph's state") {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "engine/engine.hpp"
 
+#include "engine/max_min.hpp"
 #include "engine/rank_classes.hpp"
 #include "engine/switch_tiers.hpp"
 #include "graph/queues.hpp"
@@ -100,8 +101,7 @@ struct Event {
 // A transfer between members: one flow that occupies each member's port.
 struct Flow {
   bool active = false;
-  double remaining = 0;  // seconds at full rate
-  double rate = 0;       // fraction of full rate
+  double remaining = 0;  // seconds at full rate (as of `updated`)
   Picoseconds updated = 0;
   uint64_t version = 0;
   std::vector<int32_t> ports;
@@ -213,13 +213,8 @@ struct Engine::Impl {
   std::vector<Flow> flows;
   std::vector<uint32_t> free_flows;
   std::vector<std::pair<int32_t, uint32_t>> done_members;  // scratch of a finishing flow
-  std::vector<double> port_capacity;
-  std::vector<double> port_unfixed;  // summed weight of the flows not fixed yet
-  std::vector<double> port_weight;   // summed weight of the active flows
-  std::vector<int32_t> open_ports;   // scratch of reshare
-  std::vector<std::vector<uint32_t>> port_flows;  // active flows crossing each port
-  std::vector<uint64_t> port_stamp, flow_stamp;   // visited marks of the component search
-  uint64_t stamp = 0;
+  MaxMinSharing sharing;           // rates of the active flows over ports and switch instances
+  std::vector<double> old_rate;    // scratch of reshare
   std::map<std::tuple<int32_t, int32_t, int64_t>, RoutingSample> routing;  // (layer, micro, EP group id)
   std::map<std::tuple<int32_t, int32_t, int32_t>, SlotLoad> slot_load;     // (layer, micro, slot)
 
@@ -441,12 +436,11 @@ struct Engine::Impl {
     } else {
       id = static_cast<uint32_t>(flows.size());
       flows.emplace_back();
-      flow_stamp.push_back(0);
     }
     // Reset, keeping the vectors' capacity for the next flow.
     Flow& f = flows[id];
     f.active = false;
-    f.remaining = f.rate = 0;
+    f.remaining = 0;
     f.updated = 0;
     f.ports.clear();
     f.weights.clear();
@@ -511,154 +505,42 @@ struct Engine::Impl {
     schedule(t + to_ps(c.latency_s), EventKind::transfer_start, 0, id);
   }
 
-  // A flow joins or leaves the ports it crosses; only the flows connected to those ports through
-  // shared ports can change rate, so only that component is recomputed.
+  // A flow joins or leaves the resources it crosses (max_min.hpp: only the flows connected to
+  // them can change rate); those get their work done so far at the old rate, then new rates and,
+  // where the rate changed, new finish times.
   void activate(uint32_t id, Picoseconds t) {
     Flow& f = flows[id];
     f.active = true;
     f.updated = t;
-    f.rate = 0;
-    for (size_t k = 0; k < f.ports.size(); ++k) {
-      port_flows[static_cast<size_t>(f.ports[k])].push_back(id);
-      port_weight[static_cast<size_t>(f.ports[k])] += f.weights[k];
-    }
-    reshare(f.ports, id, t);
+    sharing.add(id, f.ports, f.weights);
+    reshare(t, id);
   }
 
   void deactivate(uint32_t id, Picoseconds t) {
-    Flow& f = flows[id];
-    f.active = false;
-    for (size_t k = 0; k < f.ports.size(); ++k) {
-      auto& v = port_flows[static_cast<size_t>(f.ports[k])];
-      v.erase(std::find(v.begin(), v.end(), id));
-      port_weight[static_cast<size_t>(f.ports[k])] -= f.weights[k];
-    }
-    reshare(f.ports, -1, t);
+    flows[id].active = false;
+    sharing.remove(id);
+    reshare(t, -1);
   }
 
-  // A resource can bind only when its flows together could exceed it at full rate; one that
-  // cannot (a port with a single flow, a switch with room for all) never limits a rate, so it
-  // neither joins the max-min problem nor connects flows into one.
-  bool binding(int32_t port) const { return port_weight[static_cast<size_t>(port)] > 1 + 1e-12; }
-
-  // Max-min fair rates by progressive filling (see engine.hpp) over the flows on `seed_ports` and
-  // those connected to them through binding resources, then new finish times for the flows whose
-  // rate changed. `fresh` is a flow just started (always scheduled).
-  void reshare(const std::vector<int32_t>& seed_ports, int64_t fresh, Picoseconds t) {
-    ++stamp;
-    std::vector<uint32_t> component;
-    std::vector<int32_t> touched;
-    if (fresh >= 0 && flows[static_cast<size_t>(fresh)].ports.empty()) component.push_back(static_cast<uint32_t>(fresh));
-    std::vector<int32_t> work(seed_ports.begin(), seed_ports.end());
-    for (int32_t port : work) port_stamp[static_cast<size_t>(port)] = stamp;
-    while (!work.empty()) {
-      const int32_t port = work.back();
-      work.pop_back();
-      if (binding(port)) touched.push_back(port);
-      for (uint32_t id : port_flows[static_cast<size_t>(port)]) {
-        if (flow_stamp[id] == stamp) continue;
-        flow_stamp[id] = stamp;
-        component.push_back(id);
-        for (int32_t q : flows[id].ports) {
-          if (port_stamp[static_cast<size_t>(q)] == stamp || !binding(q)) continue;
-          port_stamp[static_cast<size_t>(q)] = stamp;
-          work.push_back(q);
-        }
-      }
-    }
-    std::vector<double> old_rate(component.size());
+  // `fresh`: a flow just started (always scheduled).
+  void reshare(Picoseconds t, int64_t fresh) {
+    const std::vector<uint32_t>& component = sharing.affected();
+    old_rate.resize(component.size());
     for (size_t i = 0; i < component.size(); ++i) {
       Flow& f = flows[component[i]];
-      f.remaining = std::max(0.0, f.remaining - f.rate * static_cast<double>(t - f.updated) * 1e-12);
+      old_rate[i] = sharing.rate(component[i]);
+      f.remaining = std::max(0.0, f.remaining - old_rate[i] * static_cast<double>(t - f.updated) * 1e-12);
       f.updated = t;
-      old_rate[i] = f.rate;
-      f.rate = f.ports.empty() ? 1.0 : -1.0;  // -1: not fixed yet
     }
-    for (int32_t port : touched) port_capacity[static_cast<size_t>(port)] = 1.0;
-    for (int32_t port : touched) port_unfixed[static_cast<size_t>(port)] = 0;
-    for (uint32_t id : component) {
-      const Flow& f = flows[id];
-      for (size_t k = 0; k < f.ports.size(); ++k) port_unfixed[static_cast<size_t>(f.ports[k])] += f.weights[k];
-    }
-    size_t left = component.size();
-    for (uint32_t id : component) left -= flows[id].rate >= 0 ? 1 : 0;
-    std::vector<int32_t>& open = open_ports;  // binding ports with unfixed flows, shrinking
-    open.assign(touched.begin(), touched.end());
-    while (left > 0) {
-      int32_t best = -1;
-      double share = 1.0;  // no flow runs faster than alone
-      size_t kept = 0;
-      for (int32_t port : open) {
-        const double w = port_unfixed[static_cast<size_t>(port)];
-        if (w <= 1e-12) continue;  // all its flows are fixed: drop it from the scan
-        open[kept++] = port;
-        if (port_capacity[static_cast<size_t>(port)] / w < share) {
-          share = port_capacity[static_cast<size_t>(port)] / w;
-          best = port;
-        }
-      }
-      open.resize(kept);
-      auto fix = [&](uint32_t id) {
-        Flow& f = flows[id];
-        if (f.rate >= 0) return;
-        f.rate = std::max(share, 1e-9);
-        --left;
-        for (size_t k = 0; k < f.ports.size(); ++k) {
-          port_capacity[static_cast<size_t>(f.ports[k])] -= share * f.weights[k];
-          port_unfixed[static_cast<size_t>(f.ports[k])] -= f.weights[k];
-        }
-      };
-      if (best < 0) {
-        for (uint32_t id : component) fix(id);  // every port has room: all the rest run alone
-        continue;
-      }
-      // Every port at the smallest share is a bottleneck at that share (fixing one port's flows
-      // leaves the others' share unchanged): fix them all in this pass.
-      const double tie = share * (1 + 1e-12);
-      for (int32_t port : open) {
-        const double w = port_unfixed[static_cast<size_t>(port)];
-        if (w > 1e-12 && port_capacity[static_cast<size_t>(port)] / w <= tie) {
-          for (uint32_t id : port_flows[static_cast<size_t>(port)]) fix(id);
-        }
-      }
-    }
-    if (opt.check_max_min) check_max_min(component, touched);
+    sharing.share();
+    if (opt.check_max_min) sharing.check(result.max_min_checks, result.max_min_violations);
     // Only flows whose rate changed get a new finish time; the others' events stay valid.
     for (size_t i = 0; i < component.size(); ++i) {
+      const double rate = sharing.rate(component[i]);
+      if (rate == old_rate[i] && static_cast<int64_t>(component[i]) != fresh) continue;
       Flow& f = flows[component[i]];
-      if (f.rate == old_rate[i] && static_cast<int64_t>(component[i]) != fresh) continue;
       f.version = ++last_version;  // unique across flows and their reuse: stale events never match
-      schedule(t + to_ps(f.remaining / f.rate), EventKind::flow_done, 0, component[i], f.version);
-    }
-  }
-
-  // The definition of max-min fairness, checked: no resource carries more than its capacity, and
-  // every flow below its full rate crosses a saturated resource on which no flow goes faster
-  // (so it could only go faster by slowing one that is not faster than it).
-  void check_max_min(const std::vector<uint32_t>& component, const std::vector<int32_t>& touched) {
-    constexpr double tol = 1e-9;
-    std::unordered_map<int32_t, std::pair<double, double>> port_load;  // load, fastest flow
-    for (int32_t port : touched) {
-      auto& [load, fastest] = port_load[port];
-      for (uint32_t id : port_flows[static_cast<size_t>(port)]) {
-        const Flow& f = flows[id];
-        for (size_t k = 0; k < f.ports.size(); ++k) {
-          if (f.ports[k] == port) load += f.rate * f.weights[k];
-        }
-        fastest = std::max(fastest, f.rate);
-      }
-      if (load > 1 + tol) ++result.max_min_violations;
-    }
-    for (uint32_t id : component) {
-      const Flow& f = flows[id];
-      ++result.max_min_checks;
-      if (f.rate >= 1 - tol) continue;
-      bool bottlenecked = false;
-      for (int32_t port : f.ports) {
-        const auto& [load, fastest] = port_load[port];
-        if (load >= 1 - tol && f.rate >= fastest - tol) bottlenecked = true;
-      }
-      if (!bottlenecked) ++result.max_min_violations;
+      schedule(t + to_ps(f.remaining / rate), EventKind::flow_done, 0, component[i], f.version);
     }
   }
 
@@ -857,14 +739,7 @@ struct Engine::Impl {
     slot_load.clear();
     tiers.emplace(cost.hardware(), num_ranks, static_cast<int32_t>(n * kPortsPerSlot));
     tier_links.clear();
-    const size_t num_resources = n * kPortsPerSlot + static_cast<size_t>(tiers->num_resources());
-    port_capacity.assign(num_resources, 1.0);
-    port_unfixed.assign(num_resources, 0);
-    port_weight.assign(num_resources, 0);
-    port_flows.assign(num_resources, {});
-    port_stamp.assign(num_resources, 0);
-    flow_stamp.clear();
-    stamp = 0;
+    sharing.reset(n * kPortsPerSlot + static_cast<size_t>(tiers->num_resources()));
     for (int32_t s = 0; s < num_slots; ++s) {
       const Program& p = program_of(s);
       memory.emplace_back(p.persistent.total());

@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: MIT
 #include "engine/engine.hpp"
 
+#include "engine/event_queue.hpp"
 #include "engine/max_min.hpp"
+#include "engine/program_index.hpp"
 #include "engine/rank_classes.hpp"
+#include "engine/rendezvous.hpp"
+#include "engine/step_analysis.hpp"
 #include "engine/switch_tiers.hpp"
 #include "graph/queues.hpp"
 
@@ -29,75 +33,6 @@ constexpr int kToDevicePort = 3;
 constexpr int kPortsPerSlot = 4;
 
 
-std::string folded_name(const std::string& name);
-
-// Per program: successors (explicit dependents and the next op on the same queue) and the number
-// of predecessors of each op; the k-th collective of each group kind gets k as its match index;
-// each op's name folded over layers (see folded_name), as an index into `folded_names`.
-struct ProgramIndex {
-  std::vector<uint32_t> succ_begin;
-  std::vector<uint32_t> succ;
-  std::vector<int32_t> num_preds;
-  std::vector<int32_t> match;
-  std::vector<int32_t> queue_pred;  // the op before on the same queue, -1 if first
-  std::vector<int32_t> folded;
-  std::vector<std::string> folded_names;
-
-  explicit ProgramIndex(const Program& p) {
-    std::unordered_map<std::string, int32_t> folded_id;
-    std::vector<int32_t> of_name(p.names.size(), -1);
-    for (const Op& op : p.ops) {
-      int32_t& id = of_name[op.name];
-      if (id < 0) {
-        auto [it, inserted] = folded_id.try_emplace(folded_name(p.names[op.name]), static_cast<int32_t>(folded_names.size()));
-        if (inserted) folded_names.push_back(it->first);
-        id = it->second;
-      }
-      folded.push_back(id);
-    }
-    const size_t n = p.ops.size();
-    std::vector<std::vector<uint32_t>> out(n);
-    num_preds.assign(n, 0);
-    match.assign(n, -1);
-    queue_pred.assign(n, -1);
-    std::array<int64_t, kNumQueues> last{};
-    last.fill(-1);
-    std::array<int32_t, kNumGroupKinds> collectives{};
-    for (size_t i = 0; i < n; ++i) {
-      const Op& op = p.ops[i];
-      const int q = queue_of(op);
-      if (last[static_cast<size_t>(q)] >= 0) {
-        out[static_cast<size_t>(last[static_cast<size_t>(q)])].push_back(static_cast<uint32_t>(i));
-        ++num_preds[i];
-        queue_pred[i] = static_cast<int32_t>(last[static_cast<size_t>(q)]);
-      }
-      last[static_cast<size_t>(q)] = static_cast<int64_t>(i);
-      for (uint32_t d : p.deps_of(op)) {
-        out[d].push_back(static_cast<uint32_t>(i));
-        ++num_preds[i];
-      }
-      if (is_collective(op.kind)) match[i] = collectives[static_cast<size_t>(op.group)]++;
-    }
-    succ_begin.assign(n + 1, 0);
-    for (size_t i = 0; i < n; ++i) succ_begin[i + 1] = succ_begin[i] + static_cast<uint32_t>(out[i].size());
-    succ.reserve(succ_begin[n]);
-    for (const auto& v : out) succ.insert(succ.end(), v.begin(), v.end());
-  }
-};
-
-enum class EventKind : uint8_t { op_done, transfer_start, flow_done };
-
-struct Event {
-  Picoseconds time;
-  uint64_t seq;
-  EventKind kind;
-  int32_t rank;
-  uint32_t id;        // op index, or flow index
-  uint64_t version;   // flow_done: stale when the flow's version moved on
-
-  bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
-};
-
 // A transfer between members: one flow that occupies each member's port.
 struct Flow {
   bool active = false;
@@ -121,27 +56,6 @@ struct SlotLoad {
   double rows = 0;              // assignments its experts process
   double wire_assignments = 0;  // its EP group's busiest member's all-to-all traffic
 };
-
-// Op names start with their unit ("layer12."); the layers' ops of one kind add up under one name.
-std::string folded_name(const std::string& name) {
-  const size_t dot = name.find('.');
-  return name.starts_with("layer") && dot != std::string::npos ? "layer*" + name.substr(dot) : name;
-}
-
-// The largest entries first (ties by name), at most `keep`; `by_folded` is indexed like the
-// program's folded names.
-std::vector<std::pair<std::string, Picoseconds>> ranked(const ProgramIndex& ix, const std::vector<Picoseconds>& by_folded,
-                                                        size_t keep) {
-  std::vector<std::pair<std::string, Picoseconds>> out;
-  for (size_t i = 0; i < by_folded.size(); ++i) {
-    if (by_folded[i] > 0) out.emplace_back(ix.folded_names[i], by_folded[i]);
-  }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
-    return a.second != b.second ? a.second > b.second : a.first < b.first;
-  });
-  if (out.size() > keep) out.resize(keep);
-  return out;
-}
 
 }  // namespace
 
@@ -190,26 +104,16 @@ struct Engine::Impl {
   StepResult result;
   std::vector<Picoseconds> slot_end;
   std::vector<RankMemoryLedger> memory;
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
-  uint64_t next_seq = 0;
+  EventQueue events;
   uint64_t last_version = 0;
   std::vector<std::vector<int32_t>> remaining;  // per slot, per op
   std::vector<std::vector<Picoseconds>> started;
   std::vector<std::vector<Picoseconds>> ended;
-  enum class OpState : uint8_t { waiting, running, done };
   std::vector<std::vector<OpState>> state;  // per slot, per op
-  std::vector<size_t> num_done;             // per slot
   std::vector<int32_t> comm_in_flight;
   std::vector<std::array<Picoseconds, kNumOpKinds>> busy;
-  struct Instance {
-    int32_t arrived = 0;
-    std::vector<std::pair<int32_t, uint32_t>> members;  // (slot, op)
-  };
-  std::map<std::tuple<int, int64_t, int32_t>, Instance> instances;
-  // Point-to-point: the n-th message of a (group kind, sender, receiver) pairs the n-th send with
-  // the n-th receive (sender and receiver as slots).
-  std::map<std::tuple<int, int64_t, int64_t, int64_t>, std::vector<std::pair<int32_t, uint32_t>>> p2p_waiting;
-  std::map<std::tuple<int, int64_t, int64_t>, int64_t> p2p_count;
+  Rendezvous rendezvous;
+  std::vector<Rendezvous::Member> met;  // scratch: the members of a transfer that can start
   std::vector<Flow> flows;
   std::vector<uint32_t> free_flows;
   std::vector<std::pair<int32_t, uint32_t>> done_members;  // scratch of a finishing flow
@@ -219,7 +123,7 @@ struct Engine::Impl {
   std::map<std::tuple<int32_t, int32_t, int32_t>, SlotLoad> slot_load;     // (layer, micro, slot)
 
   void schedule(Picoseconds t, EventKind kind, int32_t slot, uint32_t id, uint64_t version = 0) {
-    events.push(Event{t, next_seq++, kind, slot, id, version});
+    events.push(t, kind, slot, id, version);
   }
 
   int32_t rank_of_slot(int32_t slot) const { return slot_rank[static_cast<size_t>(slot)]; }
@@ -309,7 +213,6 @@ struct Engine::Impl {
     const Picoseconds start = started[static_cast<size_t>(slot)][op_index];
     ended[static_cast<size_t>(slot)][op_index] = t;
     state[static_cast<size_t>(slot)][op_index] = OpState::done;
-    ++num_done[static_cast<size_t>(slot)];
     busy[static_cast<size_t>(slot)][static_cast<size_t>(op.kind)] += t - start;
     if (is_communication(op.kind)) --comm_in_flight[static_cast<size_t>(slot)];
     if (opt.record_timeline) {
@@ -351,9 +254,7 @@ struct Engine::Impl {
     ++comm_in_flight[static_cast<size_t>(slot)];
     const int64_t key = group_key(slot, op.group);
     const int32_t match = index[static_cast<size_t>(p.stage)].match[op_index];
-    Instance& inst = instances[{static_cast<int>(op.group), key, match}];
-    inst.members.emplace_back(slot, op_index);
-    if (++inst.arrived < group_need(slot, op.group)) return;
+    if (!rendezvous.arrive(op.group, key, match, group_need(slot, op.group), {slot, op_index}, met)) return;
     // Everyone is here: the transfer starts after its latency.
     const GroupPlacement& gp = placement[static_cast<size_t>(op.group)];
     double bytes = op.comm_bytes;
@@ -361,13 +262,11 @@ struct Engine::Impl {
       // All-to-all-v: sized by the busiest member's traffic, in nccl-tests' convention.
       const double assignments = static_cast<double>(g.tokens_per_micro_batch * g.routing->top_k());
       double worst = 0;
-      for (const auto& [s, i] : inst.members) worst = std::max(worst, load_of(op.routing_layer, op.micro, s).wire_assignments);
+      for (const auto& [s, i] : met) worst = std::max(worst, load_of(op.routing_layer, op.micro, s).wire_assignments);
       bytes = worst * (op.comm_bytes / assignments) * static_cast<double>(gp.size) / static_cast<double>(gp.size - 1);
     }
     const CollectiveCost c = cost.collective(op.kind, bytes, gp);
-    launch_flow(inst.members, c, t, gp.size > 1, Participants{rank_of_slot(slot), op.group, -1},
-                op.kind == OpKind::all_to_all);
-    instances.erase({static_cast<int>(op.group), key, match});
+    launch_flow(met, c, t, gp.size > 1, Participants{rank_of_slot(slot), op.group, -1}, op.kind == OpKind::all_to_all);
   }
 
   void start_p2p(int32_t slot, uint32_t op_index, const Op& op, Picoseconds t) {
@@ -388,18 +287,13 @@ struct Engine::Impl {
     // The channel: pipeline activations and gradients between the same two stages are separate
     // streams of messages (their own queues, queues.hpp); each is matched in order.
     const int channel = static_cast<int>(op.group) * 2 + (is_pipeline_p2p(op) && op.phase != Phase::fwd ? 1 : 0);
-    const int64_t nth = p2p_count[{channel * 2 + (sends ? 1 : 0), sender_slot, receiver_slot}]++;
-    const std::tuple<int, int64_t, int64_t, int64_t> key{channel, sender_slot, receiver_slot, nth};
-    auto& waiting = p2p_waiting[key];
-    waiting.emplace_back(slot, op_index);
-    if (waiting.size() < 2) return;
+    if (!rendezvous.post(channel, sender_slot, receiver_slot, sends, {slot, op_index}, met)) return;
     // A posted send or receive only waits for its peer; it interferes with compute (the overlap
     // slowdown) from when the pair meets and data moves.
-    for (const auto& [s, i] : waiting) ++comm_in_flight[static_cast<size_t>(s)];
+    for (const auto& [s, i] : met) ++comm_in_flight[static_cast<size_t>(s)];
     GroupPlacement gp{2, sender / domain_size == receiver / domain_size ? 1 : 2, 1};
     const CollectiveCost c = cost.collective(OpKind::send, op.comm_bytes, gp);
-    launch_flow(waiting, c, t, true, Participants{sender, op.group, receiver}, true);
-    p2p_waiting.erase(key);
+    launch_flow(met, c, t, true, Participants{sender, op.group, receiver}, true);
   }
 
   // A copy between HBM and host memory: a flow on the slot's host link in its direction, and on
@@ -544,153 +438,24 @@ struct Engine::Impl {
     }
   }
 
-  // Walks back from the op that ends the step: each op's start was set by the predecessor that
-  // ended last (its queue predecessor or an explicit dependency); a collective's start by the
-  // member that arrived last, possibly on another rank. The ops on that chain, summed by name.
-  void critical_path(int32_t slowest_slot) {
-    int32_t slot = slowest_slot;
-    const Program* p = &program_of(slot);
-    int64_t op = -1;
-    for (uint32_t i = 0; i < p->ops.size(); ++i) {
-      if (op < 0 || ended[static_cast<size_t>(slot)][i] > ended[static_cast<size_t>(slot)][static_cast<size_t>(op)]) op = i;
+  RunRecord run_record() const {
+    RunRecord r;
+    r.plan = &g.plan;
+    r.slot_rank = slot_rank;
+    for (int32_t s = 0; s < num_slots; ++s) {
+      r.program.push_back(&program_of(s));
+      r.index.push_back(&index[static_cast<size_t>(program_of(s).stage)]);
     }
-    const ProgramIndex& pix = index[static_cast<size_t>(p->stage)];
-    std::vector<Picoseconds> by_name(pix.folded_names.size(), 0);
-    int64_t length = 0;
-    while (op >= 0) {
-      const auto i = static_cast<uint32_t>(op);
-      const Op& o = p->ops[i];
-      const auto& st = started[static_cast<size_t>(slot)];
-      const auto& en = ended[static_cast<size_t>(slot)];
-      by_name[static_cast<size_t>(pix.folded[i])] += en[i] - st[i];
-      ++length;
-      if (is_collective(o.kind)) {
-        // The member that arrived last held the collective back.
-        const int32_t here = slot;
-        for_each_group_slot(here, o.group, [&](int32_t member) {
-          if (rank_program[static_cast<size_t>(rank_of_slot(member))] != rank_program[static_cast<size_t>(rank_of_slot(here))]) return;
-          if (started[static_cast<size_t>(member)][i] > started[static_cast<size_t>(slot)][i]) slot = member;
-        });
-      }
-      const ProgramIndex& ix = index[static_cast<size_t>(p->stage)];
-      const auto& en2 = ended[static_cast<size_t>(slot)];
-      int64_t best = ix.queue_pred[i];
-      for (uint32_t d : p->deps_of(p->ops[i])) {
-        if (best < 0 || en2[d] > en2[static_cast<size_t>(best)]) best = d;
-      }
-      op = best;
-    }
-    result.critical_path = ranked(pix, by_name, 12);
-    result.critical_path_length = length;
-  }
-
-  // What held the compute stream of `slot` whenever it was not running a compute kernel: before
-  // each op of the compute queue, the gap since the previous one is charged to the dependency
-  // that ended last (the one it waited for); a collective or send/receive running on the compute
-  // queue itself (no comm/compute overlap) is charged to its kind; the tail after the last
-  // compute-queue op to the op that ended the step.
-  void exposed(int32_t slot) {
-    const Program& p = program_of(slot);
-    const auto& st = started[static_cast<size_t>(slot)];
-    const auto& en = ended[static_cast<size_t>(slot)];
-    std::map<std::string, Picoseconds> by_cause;
-    auto cause_of = [&](const Op& op) -> std::string {
-      if (is_p2p(op.kind)) return "pipeline_bubble";
-      if (is_communication(op.kind)) return std::string(enum_name(op.kind));
-      if (op.stream == Stream::copy) return "swap";
-      return "other";
+    r.started = &started;
+    r.ended = &ended;
+    r.state = &state;
+    r.slot_end = &slot_end;
+    r.group_slots = [this](int32_t slot, GroupKind kind) {
+      std::vector<int32_t> out;
+      for_each_group_slot(slot, kind, [&](int32_t s) { out.push_back(s); });
+      return out;
     };
-    Picoseconds cursor = 0;
-    for (uint32_t i = 0; i < p.ops.size(); ++i) {
-      const Op& op = p.ops[i];
-      if (queue_of(op) != kComputeQueue) continue;
-      if (st[i] > cursor) {
-        int64_t blocker = -1;
-        for (uint32_t d : p.deps_of(op)) {
-          if (blocker < 0 || en[d] > en[static_cast<size_t>(blocker)]) blocker = d;
-        }
-        by_cause[blocker < 0 ? "other" : cause_of(p.ops[static_cast<size_t>(blocker)])] += st[i] - cursor;
-      }
-      if (is_communication(op.kind)) {
-        by_cause[cause_of(op)] += en[i] - st[i];
-      } else {
-        result.compute_stream_busy += en[i] - st[i];
-      }
-      cursor = std::max(cursor, en[i]);
-    }
-    const Picoseconds end = slot_end[static_cast<size_t>(slot)];
-    if (end > cursor) {
-      uint32_t last = 0;
-      for (uint32_t i = 0; i < p.ops.size(); ++i) {
-        if (en[i] > en[last]) last = i;
-      }
-      by_cause[cause_of(p.ops[last])] += end - cursor;
-    }
-    result.exposed.assign(by_cause.begin(), by_cause.end());
-  }
-
-  // A step is complete or it is an error: with no event left, every op of every simulated rank
-  // must have run. Otherwise the programs deadlock (or an op never became ready), and the report
-  // names, per stuck rank, the op each of its queues is blocked on and what that op waits for.
-  void check_complete() const {
-    std::string report;
-    int64_t stuck = 0;
-    for (int32_t slot = 0; slot < num_slots; ++slot) {
-      const Program& p = program_of(slot);
-      if (num_done[static_cast<size_t>(slot)] == p.ops.size()) continue;
-      if (++stuck > 4) continue;  // the first few ranks say enough; the count says the rest
-      report += "\n  rank " + std::to_string(rank_of_slot(slot)) + " (stage " + std::to_string(p.stage) + "): " +
-                std::to_string(num_done[static_cast<size_t>(slot)]) + " of " + std::to_string(p.ops.size()) + " ops ran";
-      std::array<bool, kNumQueues> shown{};
-      for (uint32_t i = 0; i < p.ops.size(); ++i) {
-        const int q = queue_of(p.ops[i]);
-        if (shown[static_cast<size_t>(q)] || state[static_cast<size_t>(slot)][i] == OpState::done) continue;
-        shown[static_cast<size_t>(q)] = true;
-        report += "\n    queue " + queue_name(q) + ": '" + p.name_of(p.ops[i]) + "' " + blocked_on(slot, i);
-      }
-    }
-    if (stuck == 0) return;
-    throw SimulationError("the step did not complete: " + std::to_string(stuck) + " of " + std::to_string(num_slots) +
-                          " simulated ranks have ops that never ran (a deadlock in their programs)" + report);
-  }
-
-  static std::string queue_name(int q) {
-    if (q == kComputeQueue) return "compute";
-    if (q == kCopyQueue) return "copy";
-    if (q >= kFirstPipelineQueue) {
-      static constexpr std::array<const char*, kNumPipelineQueues> names{"pp send activations", "pp receive activations",
-                                                                          "pp send gradients", "pp receive gradients"};
-      return names[static_cast<size_t>(q - kFirstPipelineQueue)];
-    }
-    return std::string(enum_name(queue_group(q))) + " communication";
-  }
-
-  // Why op `i` of `slot`, the first unfinished op of its queue, has not finished.
-  std::string blocked_on(int32_t slot, uint32_t i) const {
-    const Program& p = program_of(slot);
-    const Op& op = p.ops[i];
-    if (state[static_cast<size_t>(slot)][i] == OpState::running) {
-      if (is_p2p(op.kind)) {
-        const int64_t rank = rank_of_slot(slot);
-        const int64_t peer = g.plan.member(rank, op.group, g.plan.group_rank(rank, op.group) + op.peer_offset);
-        return std::string("waits for rank ") + std::to_string(peer) + " to post the matching " +
-               (op.kind == OpKind::send ? "receive" : "send");
-      }
-      if (is_collective(op.kind)) {
-        return "waits for the other members of its " + std::string(enum_name(op.group)) + " group (" +
-               std::to_string(g.plan.group_size(op.group)) + " ranks) to reach it";
-      }
-      return "started and never ended";
-    }
-    std::string out = "waits for";
-    const ProgramIndex& ix = index[static_cast<size_t>(p.stage)];
-    auto pending = [&](int64_t d) {
-      if (d < 0 || state[static_cast<size_t>(slot)][static_cast<size_t>(d)] == OpState::done) return;
-      out += (out.size() > 9 ? ", '" : " '") + p.name_of(p.ops[static_cast<size_t>(d)]) + "'";
-    };
-    pending(ix.queue_pred[i]);
-    for (uint32_t d : p.deps_of(op)) pending(d);
-    return out;
+    return r;
   }
 
   void assign_slots() {
@@ -725,13 +490,11 @@ struct Engine::Impl {
     started.assign(n, {});
     ended.assign(n, {});
     state.assign(n, {});
-    num_done.assign(n, 0);
     comm_in_flight.assign(n, 0);
     memory.clear();
     busy.assign(n, {});
-    instances.clear();
-    p2p_waiting.clear();
-    p2p_count.clear();
+    events.clear();
+    rendezvous.clear();
     flows.clear();
     free_flows.clear();
     last_version = 0;
@@ -755,8 +518,7 @@ struct Engine::Impl {
       }
     }
     while (!events.empty()) {
-      const Event e = events.top();
-      events.pop();
+      const Event e = events.pop();
       ++result.num_events;
       switch (e.kind) {
         case EventKind::op_done: finish_op(e.rank, e.id, e.time); break;
@@ -773,7 +535,10 @@ struct Engine::Impl {
         }
       }
     }
-    check_complete();
+    const RunRecord record = run_record();
+    if (const std::string stuck = deadlock_report(record); !stuck.empty()) {
+      throw SimulationError("the step did not complete: " + stuck);
+    }
     std::vector<RankMemory> slot_memory;
     for (RankMemoryLedger& m : memory) slot_memory.push_back(m.finish(g.allocator_fragmentation));
     // Every rank gets its slot's results.
@@ -800,18 +565,9 @@ struct Engine::Impl {
         result.compute_busy.emplace_back(kind, v);
       }
     }
-    {
-      // Where the slowest rank's time went, by op name.
-      const Program& p = program_of(slowest);
-      const auto& st = started[static_cast<size_t>(slowest)];
-      const auto& en = ended[static_cast<size_t>(slowest)];
-      const ProgramIndex& ix = index[static_cast<size_t>(p.stage)];
-      std::vector<Picoseconds> by_name(ix.folded_names.size(), 0);
-      for (uint32_t i = 0; i < p.ops.size(); ++i) by_name[static_cast<size_t>(ix.folded[i])] += en[i] - st[i];
-      result.top_ops = ranked(ix, by_name, 12);
-    }
-    critical_path(slowest);
-    exposed(slowest);
+    result.top_ops = time_by_op(record, slowest, 12);
+    std::tie(result.critical_path, result.critical_path_length) = critical_path(record, slowest, 12);
+    std::tie(result.compute_stream_busy, result.exposed) = exposed_time(record, slowest);
     if (opt.record_timeline) {
       std::sort(result.timeline.records.begin(), result.timeline.records.end(), [](const ExecRecord& a, const ExecRecord& c) {
         return std::tie(a.start, a.rank, a.stream, a.op) < std::tie(c.start, c.rank, c.stream, c.op);

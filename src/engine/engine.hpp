@@ -2,31 +2,37 @@
 // The discrete-event engine: runs every rank's program of a StepGraph on the machine the cost
 // model describes, and reports when each op ran and how much memory each rank held.
 //
-// Time is integer picoseconds; the queue is a binary heap on (time, sequence), so events at the
-// same time run in the order they were scheduled and every run is deterministic.
+// Its parts, one job each:
+//   event_queue.hpp    the event heap on (time, sequence): same-time events in FIFO order
+//   program_index.*    per program: successors, queue predecessors, collective match indices
+//   rendezvous.hpp     where collectives and send/receive pairs meet across ranks
+//   max_min.*          weighted max-min sharing of ports, host links and switch instances
+//   switch_tiers.*     which switch instances a transfer crosses, with what weight
+//   rank_classes.*     interchangeable ranks (--distinct-ranks)
+//   step_analysis.*    post-run: time by op, critical path, exposed time, deadlock report
+//   engine.cpp         the event loop: ops start and end, transfers become flows, memory effects
 //
-// Execution rules (the contract of program.hpp, with communicators made explicit):
-//   - compute ops run in order on the compute queue, host copies on the copy queue, and
-//     communication on one queue per process-group kind (one NCCL communicator and stream each),
-//     so an FSDP all-gather, an EP all-to-all and a swap copy can overlap one another;
+// Execution rules (the contract of program.hpp and queues.hpp, with communicators explicit):
+//   - compute ops run in order on the compute queue, host copies on the copy queue,
+//     communication on one queue per process-group kind (one NCCL communicator and stream
+//     each), and pipeline sends/receives on a queue per direction; so an FSDP all-gather, an EP
+//     all-to-all and a swap copy overlap one another;
 //   - an op starts when the op before it on its queue and its explicit dependencies are done;
-//   - a collective starts when every member of its group has reached it (the k-th collective of a
-//     group kind on each member), a send when its receive is posted and vice versa;
-//   - after its latency, a transfer is a flow over shared resources, each of capacity 1 (its full
-//     bandwidth): a collective occupies the fabric port (scale-up or NIC) of every member with
-//     weight 1, and each switch instance of the fabric's tiers that its traffic crosses with the
-//     weight switch_tiers.hpp derives; a swap copy occupies its rank's host link in its direction with weight 1 and,
-//     when host memory sits behind the scale-up fabric (a unified bus), the scale-up port with
-//     weight w = copy bandwidth / port bandwidth. Rates are max-min fair, recomputed whenever a
-//     flow starts or ends, by progressive filling: each resource's fair share is its remaining
-//     capacity over the summed weight of its unfixed flows; repeatedly, the resource with the
-//     smallest share fixes its flows at that rate (at most 1: no flow runs faster than alone),
-//     and rate x weight is taken from every other resource they cross. A flow alone takes the
-//     cost model's transfer time; two collectives on one port take twice as long each; no
-//     resource is ever over capacity, and none is idle while a flow crossing it could go faster;
-//   - compute started while a collective of the rank is in flight runs slower by the hardware's
-//     overlap_slowdown; a rank's speed factor (a straggler) stretches its kernels;
-//   - memory effects apply at an op's start (allocations, swap-in) and end (frees, swap-out).
+//   - a collective starts when every member of its group has reached it (rendezvous.hpp), a send
+//     when its receive is posted and vice versa;
+//   - after its latency, a transfer is a flow over shared resources of capacity 1 (max_min.hpp):
+//     a collective occupies the fabric port (scale-up or NIC) of every member with weight 1, and
+//     each switch instance its traffic crosses with the weight switch_tiers.hpp derives; a swap
+//     copy occupies its rank's host link in its direction with weight 1 and, when host memory
+//     sits behind the scale-up fabric, the scale-up port with weight copy bandwidth / port
+//     bandwidth. A flow alone takes the cost model's transfer time; rates are max-min fair,
+//     recomputed whenever a flow starts or ends;
+//   - compute started while a transfer of the rank is moving runs slower by the hardware's
+//     overlap_slowdown (a pipeline send or receive counts from when its pair meets); a rank's
+//     speed factor (a straggler) stretches its kernels;
+//   - memory effects apply at an op's start (allocations, swap-in) and end (frees, swap-out);
+//   - a step is complete or an error: if an op never ran, run() throws SimulationError with a
+//     deadlock report instead of returning a step time.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: MIT
+#include "engine/step_analysis.hpp"
+
+#include <algorithm>
+#include <array>
+#include <map>
+
+#include "graph/queues.hpp"
+
+namespace moesim {
+namespace {
+
+const std::vector<Picoseconds>& starts(const RunRecord& run, int32_t slot) { return (*run.started)[static_cast<size_t>(slot)]; }
+const std::vector<Picoseconds>& ends(const RunRecord& run, int32_t slot) { return (*run.ended)[static_cast<size_t>(slot)]; }
+
+std::string queue_name(int q) {
+  if (q == kComputeQueue) return "compute";
+  if (q == kCopyQueue) return "copy";
+  if (q >= kFirstPipelineQueue) {
+    static constexpr std::array<const char*, kNumPipelineQueues> names{"pp send activations", "pp receive activations",
+                                                                        "pp send gradients", "pp receive gradients"};
+    return names[static_cast<size_t>(q - kFirstPipelineQueue)];
+  }
+  return std::string(enum_name(queue_group(q))) + " communication";
+}
+
+// Why op `i` of `slot`, the first unfinished op of its queue, has not finished.
+std::string blocked_on(const RunRecord& run, int32_t slot, uint32_t i) {
+  const Program& p = *run.program[static_cast<size_t>(slot)];
+  const auto& state = (*run.state)[static_cast<size_t>(slot)];
+  const Op& op = p.ops[i];
+  if (state[i] == OpState::running) {
+    if (is_p2p(op.kind)) {
+      const int64_t rank = run.slot_rank[static_cast<size_t>(slot)];
+      const int64_t peer = run.plan->member(rank, op.group, run.plan->group_rank(rank, op.group) + op.peer_offset);
+      return std::string("waits for rank ") + std::to_string(peer) + " to post the matching " +
+             (op.kind == OpKind::send ? "receive" : "send");
+    }
+    if (is_collective(op.kind)) {
+      return "waits for the other members of its " + std::string(enum_name(op.group)) + " group (" +
+             std::to_string(run.plan->group_size(op.group)) + " ranks) to reach it";
+    }
+    return "started and never ended";
+  }
+  std::vector<std::string> pending;
+  auto add = [&](int64_t d) {
+    if (d >= 0 && state[static_cast<size_t>(d)] != OpState::done) pending.push_back("'" + p.name_of(p.ops[static_cast<size_t>(d)]) + "'");
+  };
+  add(run.index[static_cast<size_t>(slot)]->queue_pred[i]);
+  for (uint32_t d : p.deps_of(op)) add(d);
+  std::string out = "waits for";
+  for (size_t k = 0; k < pending.size(); ++k) out += (k == 0 ? " " : ", ") + pending[k];
+  return out;
+}
+
+}  // namespace
+
+TimeByName time_by_op(const RunRecord& run, int32_t slot, size_t keep) {
+  const Program& p = *run.program[static_cast<size_t>(slot)];
+  const ProgramIndex& ix = *run.index[static_cast<size_t>(slot)];
+  const auto& st = starts(run, slot);
+  const auto& en = ends(run, slot);
+  std::vector<Picoseconds> by_name(ix.folded_names.size(), 0);
+  for (uint32_t i = 0; i < p.ops.size(); ++i) by_name[static_cast<size_t>(ix.folded[i])] += en[i] - st[i];
+  return ranked(ix, by_name, keep);
+}
+
+std::pair<TimeByName, int64_t> critical_path(const RunRecord& run, int32_t slot, size_t keep) {
+  const Program* p = run.program[static_cast<size_t>(slot)];
+  const ProgramIndex& ix = *run.index[static_cast<size_t>(slot)];
+  int64_t op = -1;
+  for (uint32_t i = 0; i < p->ops.size(); ++i) {
+    if (op < 0 || ends(run, slot)[i] > ends(run, slot)[static_cast<size_t>(op)]) op = i;
+  }
+  std::vector<Picoseconds> by_name(ix.folded_names.size(), 0);
+  int64_t length = 0;
+  while (op >= 0) {
+    const auto i = static_cast<uint32_t>(op);
+    const Op& o = p->ops[i];
+    by_name[static_cast<size_t>(ix.folded[i])] += ends(run, slot)[i] - starts(run, slot)[i];
+    ++length;
+    if (is_collective(o.kind)) {
+      // The member that arrived last held the collective back.
+      const int32_t here = slot;
+      for (int32_t member : run.group_slots(here, o.group)) {
+        if (run.program[static_cast<size_t>(member)] != run.program[static_cast<size_t>(here)]) continue;
+        if (starts(run, member)[i] > starts(run, slot)[i]) slot = member;
+      }
+    }
+    const auto& en = ends(run, slot);
+    int64_t best = ix.queue_pred[i];
+    for (uint32_t d : p->deps_of(p->ops[i])) {
+      if (best < 0 || en[d] > en[static_cast<size_t>(best)]) best = d;
+    }
+    op = best;
+  }
+  return {ranked(ix, by_name, keep), length};
+}
+
+std::pair<Picoseconds, TimeByName> exposed_time(const RunRecord& run, int32_t slot) {
+  const Program& p = *run.program[static_cast<size_t>(slot)];
+  const auto& st = starts(run, slot);
+  const auto& en = ends(run, slot);
+  std::map<std::string, Picoseconds> by_cause;
+  Picoseconds computing = 0;
+  auto cause_of = [&](const Op& op) -> std::string {
+    if (is_p2p(op.kind)) return "pipeline_bubble";
+    if (is_communication(op.kind)) return std::string(enum_name(op.kind));
+    if (op.stream == Stream::copy) return "swap";
+    return "other";
+  };
+  Picoseconds cursor = 0;
+  for (uint32_t i = 0; i < p.ops.size(); ++i) {
+    const Op& op = p.ops[i];
+    if (queue_of(op) != kComputeQueue) continue;
+    if (st[i] > cursor) {
+      int64_t blocker = -1;
+      for (uint32_t d : p.deps_of(op)) {
+        if (blocker < 0 || en[d] > en[static_cast<size_t>(blocker)]) blocker = d;
+      }
+      by_cause[blocker < 0 ? "other" : cause_of(p.ops[static_cast<size_t>(blocker)])] += st[i] - cursor;
+    }
+    if (is_communication(op.kind)) {
+      by_cause[cause_of(op)] += en[i] - st[i];
+    } else {
+      computing += en[i] - st[i];
+    }
+    cursor = std::max(cursor, en[i]);
+  }
+  const Picoseconds end = (*run.slot_end)[static_cast<size_t>(slot)];
+  if (end > cursor) {
+    uint32_t last = 0;
+    for (uint32_t i = 0; i < p.ops.size(); ++i) {
+      if (en[i] > en[last]) last = i;
+    }
+    by_cause[cause_of(p.ops[last])] += end - cursor;
+  }
+  return {computing, TimeByName(by_cause.begin(), by_cause.end())};
+}
+
+std::string deadlock_report(const RunRecord& run) {
+  std::string report;
+  int64_t stuck = 0;
+  const auto num_slots = static_cast<int32_t>(run.program.size());
+  for (int32_t slot = 0; slot < num_slots; ++slot) {
+    const Program& p = *run.program[static_cast<size_t>(slot)];
+    const auto& state = (*run.state)[static_cast<size_t>(slot)];
+    const auto done = static_cast<size_t>(std::count(state.begin(), state.end(), OpState::done));
+    if (done == p.ops.size()) continue;
+    if (++stuck > 4) continue;  // the first few ranks say enough; the count says the rest
+    report += "\n  rank " + std::to_string(run.slot_rank[static_cast<size_t>(slot)]) + " (stage " +
+              std::to_string(p.stage) + "): " + std::to_string(done) + " of " + std::to_string(p.ops.size()) + " ops ran";
+    std::array<bool, kNumQueues> shown{};
+    for (uint32_t i = 0; i < p.ops.size(); ++i) {
+      const int q = queue_of(p.ops[i]);
+      if (shown[static_cast<size_t>(q)] || state[i] == OpState::done) continue;
+      shown[static_cast<size_t>(q)] = true;
+      report += "\n    queue " + queue_name(q) + ": '" + p.name_of(p.ops[i]) + "' " + blocked_on(run, slot, i);
+    }
+  }
+  if (stuck == 0) return {};
+  return std::to_string(stuck) + " of " + std::to_string(num_slots) +
+         " simulated ranks have ops that never ran (a deadlock in their programs)" + report;
+}
+
+}  // namespace moesim

@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: MIT
+// Analyses of a finished simulation, reading only when each op of each simulated rank started
+// and ended: where the slowest rank's time went by op name, the critical path, what held its
+// compute stream when it was not computing (exposed time by cause), and - when a step did not
+// finish - a deadlock report naming where each stuck rank waits.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/program_index.hpp"
+#include "engine/timeline.hpp"
+#include "plan/parallel_plan.hpp"
+
+namespace moesim {
+
+enum class OpState : uint8_t { waiting, running, done };
+
+// A run as the analyses read it; every vector is per simulated slot (a rank, or one representative
+// per class of interchangeable ranks), the engine's own state borrowed.
+struct RunRecord {
+  const ParallelPlan* plan = nullptr;
+  std::vector<int32_t> slot_rank;              // the rank each slot simulates
+  std::vector<const Program*> program;
+  std::vector<const ProgramIndex*> index;
+  const std::vector<std::vector<Picoseconds>>* started = nullptr;  // per slot, per op
+  const std::vector<std::vector<Picoseconds>>* ended = nullptr;
+  const std::vector<std::vector<OpState>>* state = nullptr;
+  const std::vector<Picoseconds>* slot_end = nullptr;  // when each slot's last op ended
+  // The slots standing for `slot`'s group of `kind` (its members, or their classes).
+  std::function<std::vector<int32_t>(int32_t slot, GroupKind kind)> group_slots;
+};
+
+using TimeByName = std::vector<std::pair<std::string, Picoseconds>>;
+
+// Time of `slot`'s ops by folded name, the largest `keep` first.
+TimeByName time_by_op(const RunRecord& run, int32_t slot, size_t keep);
+
+// Walks back from the op that ends `slot`'s step: each op's start was set by the predecessor
+// that ended last (its queue predecessor or an explicit dependency); a collective's start by the
+// member that arrived last, possibly on another rank. The chain's time by op name (the largest
+// `keep`) and its length in ops.
+std::pair<TimeByName, int64_t> critical_path(const RunRecord& run, int32_t slot, size_t keep);
+
+// What held the compute stream of `slot` whenever it was not running a compute kernel: before
+// each op of the compute queue, the gap since the previous one is charged to the dependency that
+// ended last (the one it waited for); a collective running on the compute queue itself (no
+// comm/compute overlap) is charged to its kind; the tail after the last compute-queue op to the
+// op that ended the step. Returns the time computing and the rest by cause; they add up to the
+// slot's end.
+std::pair<Picoseconds, TimeByName> exposed_time(const RunRecord& run, int32_t slot);
+
+// Empty when every op of every slot ran; otherwise names, for the first few stuck ranks, the op
+// each of their queues is blocked on and what that op waits for.
+std::string deadlock_report(const RunRecord& run);
+
+}  // namespace moesim

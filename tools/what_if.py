@@ -36,6 +36,17 @@ VARIANTS = [
     ("EP16", "`/parallel/ep` 16", [setp("/parallel/ep", 16)]),
     ("EP32", "`/parallel/ep` 32", [setp("/parallel/ep", 32)]),
     ("EP128", "`/parallel/ep` 128", [setp("/parallel/ep", 128)]),
+    ("PP2, 47/46 layers", "`/parallel/pp` 2 stages, FSDP 64",
+     [setp("/parallel/fsdp/shard", 64), setp("/parallel/pp", {"stages": 2, "layers_per_chunk": [47, 46]})]),
+    ("PP4, 24/23/23/23 layers", "`/parallel/pp` 4 stages, FSDP 32, EP32",
+     [setp("/parallel/fsdp/shard", 32), setp("/parallel/ep", 32),
+      setp("/parallel/pp", {"stages": 4, "layers_per_chunk": [24, 23, 23, 23]})]),
+    ("PP4 interleaved, 3 chunks", "`/parallel/pp` 4 x 3 virtual, FSDP 32, EP32",
+     [setp("/parallel/fsdp/shard", 32), setp("/parallel/ep", 32),
+      setp("/parallel/pp", {"stages": 4, "schedule": "interleaved_1f1b", "virtual_stages": 3,
+                            "layers_per_chunk": [8] * 9 + [7] * 3})]),
+    ("gradients synced once", "`/parallel/fsdp/gradient_sync` last_micro_batch",
+     [setp("/parallel/fsdp/gradient_sync", "last_micro_batch")]),
 ]
 
 

@@ -47,8 +47,30 @@ std::pair<CostModel::Curve, double> CostModel::curve_of(const Op& op, double row
     case OpKind::kda_inter_chunk:
     case OpKind::kda_output:
     case OpKind::kda_state_correction: return {Curve::linear_attention, std::max(rows, 1.0)};
-    default: return {Curve::none, 0};
+    case OpKind::embedding:
+    case OpKind::norm:
+    case OpKind::activation:
+    case OpKind::elementwise:
+    case OpKind::short_conv:
+    case OpKind::permute:
+    case OpKind::unpermute:
+    case OpKind::kda_gate_cumsum:
+    case OpKind::topk:
+    case OpKind::kv_gather:
+    case OpKind::attention_residual:
+    case OpKind::cross_entropy:
+    case OpKind::optimizer:
+    case OpKind::grad_accumulate:
+    case OpKind::swap_out:
+    case OpKind::swap_in:
+    case OpKind::all_gather:
+    case OpKind::reduce_scatter:
+    case OpKind::all_reduce:
+    case OpKind::all_to_all:
+    case OpKind::send:
+    case OpKind::recv: return {Curve::none, 0};
   }
+  return {Curve::none, 0};  // unreachable: every OpKind is listed above
 }
 
 double CostModel::efficiency(const Op& op, double rows_scale) const {
@@ -209,8 +231,40 @@ CollectiveCost CostModel::collective(OpKind kind, double bytes, const GroupPlace
       c.up_bytes = remote - c.out_bytes;
       return c;
     }
-    default: return c;
+    case OpKind::send:  // returned above
+    case OpKind::recv:
+    case OpKind::embedding:  // not communication
+    case OpKind::norm:
+    case OpKind::gemm:
+    case OpKind::lora_gemm:
+    case OpKind::grouped_gemm:
+    case OpKind::activation:
+    case OpKind::elementwise:
+    case OpKind::short_conv:
+    case OpKind::router:
+    case OpKind::permute:
+    case OpKind::unpermute:
+    case OpKind::flash_attention:
+    case OpKind::kda:
+    case OpKind::kda_gate_cumsum:
+    case OpKind::kda_intra_chunk:
+    case OpKind::kda_inter_chunk:
+    case OpKind::kda_output:
+    case OpKind::kda_state_correction:
+    case OpKind::dsa_indexer:
+    case OpKind::indexer_score:
+    case OpKind::topk:
+    case OpKind::kv_gather:
+    case OpKind::sparse_attention:
+    case OpKind::attention_residual:
+    case OpKind::cross_entropy:
+    case OpKind::cce_loss:
+    case OpKind::optimizer:
+    case OpKind::grad_accumulate:
+    case OpKind::swap_out:
+    case OpKind::swap_in: return c;
   }
+  return c;  // unreachable: every OpKind is listed above
 }
 
 }  // namespace moesim

@@ -94,8 +94,30 @@ constexpr bool counts_as_model_flops(OpKind k) {
     case OpKind::indexer_score:
     case OpKind::sparse_attention:
     case OpKind::cce_loss: return true;
-    default: return false;
+    case OpKind::embedding:
+    case OpKind::norm:
+    case OpKind::activation:
+    case OpKind::elementwise:
+    case OpKind::permute:
+    case OpKind::unpermute:
+    case OpKind::kda_gate_cumsum:
+    case OpKind::kda_state_correction:
+    case OpKind::topk:
+    case OpKind::kv_gather:
+    case OpKind::attention_residual:
+    case OpKind::cross_entropy:
+    case OpKind::optimizer:
+    case OpKind::grad_accumulate:
+    case OpKind::swap_out:
+    case OpKind::swap_in:
+    case OpKind::all_gather:
+    case OpKind::reduce_scatter:
+    case OpKind::all_reduce:
+    case OpKind::all_to_all:
+    case OpKind::send:
+    case OpKind::recv: return false;
   }
+  return false;  // unreachable: every OpKind is listed above
 }
 
 enum class MemAction : uint8_t {

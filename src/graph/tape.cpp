@@ -26,8 +26,40 @@ OpKind backward_kind_of_communication(OpKind forward) {
     case OpKind::reduce_scatter: return OpKind::all_gather;
     case OpKind::send: return OpKind::recv;
     case OpKind::recv: return OpKind::send;
-    default: return forward;  // all_to_all reverses its sizes; all_reduce stays (see fwd_noop)
+    case OpKind::all_to_all:  // reverses its sizes
+    case OpKind::all_reduce:  // stays (see fwd_noop)
+    case OpKind::embedding:
+    case OpKind::norm:
+    case OpKind::gemm:
+    case OpKind::lora_gemm:
+    case OpKind::grouped_gemm:
+    case OpKind::activation:
+    case OpKind::elementwise:
+    case OpKind::short_conv:
+    case OpKind::router:
+    case OpKind::permute:
+    case OpKind::unpermute:
+    case OpKind::flash_attention:
+    case OpKind::kda:
+    case OpKind::kda_gate_cumsum:
+    case OpKind::kda_intra_chunk:
+    case OpKind::kda_inter_chunk:
+    case OpKind::kda_output:
+    case OpKind::kda_state_correction:
+    case OpKind::dsa_indexer:
+    case OpKind::indexer_score:
+    case OpKind::topk:
+    case OpKind::kv_gather:
+    case OpKind::sparse_attention:
+    case OpKind::attention_residual:
+    case OpKind::cross_entropy:
+    case OpKind::cce_loss:
+    case OpKind::optimizer:
+    case OpKind::grad_accumulate:
+    case OpKind::swap_out:
+    case OpKind::swap_in: return forward;
   }
+  return forward;  // unreachable: every OpKind is listed above
 }
 
 namespace {

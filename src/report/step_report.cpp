@@ -49,8 +49,21 @@ std::string category(OpKind k) {
     case OpKind::grad_accumulate: return "optimizer";
     case OpKind::permute:
     case OpKind::unpermute: return "permute";
-    default: return "elementwise";
+    case OpKind::embedding:
+    case OpKind::norm:
+    case OpKind::activation:
+    case OpKind::elementwise:
+    case OpKind::attention_residual:
+    case OpKind::swap_out:
+    case OpKind::swap_in:
+    case OpKind::all_gather:
+    case OpKind::reduce_scatter:
+    case OpKind::all_reduce:
+    case OpKind::all_to_all:
+    case OpKind::send:
+    case OpKind::recv: return "elementwise";
   }
+  return "elementwise";  // unreachable: every OpKind is listed above
 }
 
 // A report states only what can be true: no device computes faster than its peak, the compute

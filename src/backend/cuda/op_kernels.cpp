@@ -113,8 +113,12 @@ ncclDataType_t nccl_type(Dtype d) {
     case Dtype::fp8: return ncclUint8;
     case Dtype::int8: return ncclInt8;
     case Dtype::int32: return ncclInt32;
-    default: return ncclBfloat16;
+    case Dtype::bf16:
+    case Dtype::tf32:
+    case Dtype::fp4:
+    case Dtype::int4: return ncclBfloat16;
   }
+  return ncclBfloat16;  // unreachable: every Dtype is listed above
 }
 
 // The launches by family. Each takes its operands from the arenas, then launches unless dry.

@@ -3,8 +3,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace moesim {
+
+GroupPlacement placement_of(const std::vector<int64_t>& members, int64_t domain_size) {
+  std::map<int64_t, int64_t> per_domain;
+  for (int64_t m : members) ++per_domain[m / domain_size];
+  GroupPlacement gp;
+  gp.size = static_cast<int64_t>(members.size());
+  gp.num_domains = static_cast<int64_t>(per_domain.size());
+  for (const auto& [d, n] : per_domain) gp.max_per_domain = std::max(gp.max_per_domain, n);
+  return gp;
+}
 
 double CollectiveCost::seconds() const {
   double t = latency_s;

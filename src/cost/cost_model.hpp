@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "cost/calibration.hpp"
 #include "graph/op.hpp"
@@ -48,6 +49,10 @@ struct GroupPlacement {
   int64_t num_domains = 1;         // scale-up domains spanned
   int64_t max_per_domain = 1;      // members in the fullest domain
 };
+
+// Where `members` (ranks) sit when ranks [k * domain_size, (k + 1) * domain_size) share scale-up
+// domain k.
+GroupPlacement placement_of(const std::vector<int64_t>& members, int64_t domain_size);
 
 struct CollectiveCost {
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring;

@@ -75,14 +75,7 @@ struct Engine::Impl {
     for (int64_t r = 0; r < num_ranks; ++r) rank_program[static_cast<size_t>(r)] = static_cast<int32_t>(g.plan.program_of(r));
     domain_size = cost.hardware().fabric.scale_up.domain_size;
     for (const auto& [name, kind] : EnumNames<GroupKind>::names) {
-      const auto members = g.plan.members(0, kind);
-      std::map<int64_t, int64_t> per_domain;
-      for (int64_t m : members) ++per_domain[m / domain_size];
-      GroupPlacement gp;
-      gp.size = static_cast<int64_t>(members.size());
-      gp.num_domains = static_cast<int64_t>(per_domain.size());
-      for (const auto& [d, n] : per_domain) gp.max_per_domain = std::max(gp.max_per_domain, n);
-      placement[static_cast<size_t>(kind)] = gp;
+      placement[static_cast<size_t>(kind)] = placement_of(g.plan.members(0, kind), domain_size);
     }
   }
 

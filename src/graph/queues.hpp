@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The queues a rank's ops run on (DESIGN.md section 4): one compute queue, one copy queue for
+// The queues a rank's ops run on: one compute queue, one copy queue for
 // swap, and one communication queue per process-group kind, so that an FSDP all-gather, an EP
 // all-to-all and a swap copy overlap one another. Each queue runs its ops in program order; the
 // engine simulates these queues and the executor maps each onto a CUDA stream.

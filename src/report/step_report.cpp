@@ -2,6 +2,7 @@
 #include "report/step_report.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -142,6 +143,18 @@ StepReport make_step_report(const Scenario& s, const StepGraph& g, const GraphSt
     }
   }
   r.fits = r.peak_hbm_bytes <= r.hbm_capacity_bytes && r.peak_ddr_bytes <= r.ddr_capacity_bytes;
+  r.domain_size = s.hardware.fabric.scale_up.domain_size;
+  std::array<bool, kNumGroupKinds> used{};
+  for (const Program& p : g.programs) {
+    for (const Op& op : p.ops) {
+      if (is_communication(op.kind)) used[static_cast<size_t>(op.group)] = true;
+    }
+  }
+  for (const auto& [name, kind] : EnumNames<GroupKind>::names) {
+    if (!used[static_cast<size_t>(kind)] || g.plan.group_size(kind) <= 1) continue;
+    const GroupPlacement gp = placement_of(g.plan.members(0, kind), r.domain_size);
+    if (gp.num_domains > 1) r.groups_across_domains.push_back({std::string(name), gp.size, gp.num_domains});
+  }
   const StepResult& first = steps.front();
   std::map<std::string, double> compute;
   for (const auto& [kind, t] : first.compute_busy) {
@@ -183,6 +196,10 @@ std::string step_report_text(const StepReport& r) {
       << "; persistent " << format_quantity(r.persistent_bytes, Dimension::bytes) << "), host DDR "
       << format_quantity(r.peak_ddr_bytes, Dimension::bytes) << " of " << format_quantity(r.ddr_capacity_bytes, Dimension::bytes)
       << " -> " << (r.fits ? "fits" : "DOES NOT FIT") << "\n";
+  for (const auto& sg : r.groups_across_domains) {
+    out << "  placement         " << sg.kind << " group of " << sg.size << " ranks spans " << sg.num_domains
+        << " scale-up domains of " << r.domain_size << " (its collectives cross the scale-out network)\n";
+  }
   out << "  HBM at the peak  ";
   for (size_t i = 0; i < r.memory_at_peak.size(); ++i) {
     out << (i == 0 ? " " : ", ") << r.memory_at_peak[i].first << " "
@@ -243,6 +260,10 @@ std::string step_report_json(const StepReport& r) {
   j["ddr_capacity_bytes"] = r.ddr_capacity_bytes;
   j["persistent_bytes"] = r.persistent_bytes;
   j["fits"] = r.fits;
+  j["groups_across_domains"] = nlohmann::json::array();
+  for (const auto& sg : r.groups_across_domains) {
+    j["groups_across_domains"].push_back({{"kind", sg.kind}, {"size", sg.size}, {"num_domains", sg.num_domains}});
+  }
   j["peak_hbm"] = {{"rank", r.peak_rank}, {"op", r.peak_op}, {"time_s", r.peak_time_s}};
   j["memory_at_peak_bytes"] = nlohmann::json::object();
   for (const auto& [part, bytes] : r.memory_at_peak) j["memory_at_peak_bytes"][part] = bytes;

@@ -27,6 +27,15 @@ struct StepReport {
   double step_time_p50_s = 0;
   double step_time_p99_s = 0;
   double tokens_per_s = 0;
+  // Process groups whose members span more than one scale-up domain (their collectives cross the
+  // scale-out network): (group kind, size, domains spanned), for the kinds the step communicates over.
+  struct SpanningGroup {
+    std::string kind;
+    int64_t size = 0;
+    int64_t num_domains = 0;
+  };
+  std::vector<SpanningGroup> groups_across_domains;
+  int64_t domain_size = 0;
   double model_flops_per_step = 0;
   double flops_per_step = 0;
   double peak_flops_per_device = 0;  // at the compute format

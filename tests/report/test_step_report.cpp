@@ -3,6 +3,7 @@
 // device above its peak, negative memory) is an error, never a printed number.
 #include <doctest/doctest.h>
 
+#include <map>
 #include <stdexcept>
 
 #include "../graph/graph_test_util.hpp"
@@ -42,4 +43,25 @@ TEST_CASE("a step report refuses results that break its invariants") {
   StepResult negative = good;
   negative.memory[3].min_hbm_bytes = -1e6;
   CHECK_THROWS_AS(make_step_report(s, g, stats, {negative}, 0.0), std::logic_error);
+}
+
+TEST_CASE("the report names the groups that span scale-up domains") {
+  auto spanning = [](int64_t ep) {
+    test::Plan p;  // qwen3-30b-a3b over 16 H200s in 8-GPU NVLink nodes, FSDP2 16
+    p.devices = 16;
+    p.shard = 16;
+    p.ep = ep;
+    p.global_batch = 16;
+    p.seq = 1024;
+    const Scenario s = test::scenario(p);
+    const StepGraph g = build_step_graph(s);
+    const StepResult r = Engine(g, CostModel(s.hardware)).run({});
+    std::map<std::string, int64_t> out;
+    for (const auto& sg : make_step_report(s, g, compute_stats(g), {r}, 0.0).groups_across_domains) out[sg.kind] = sg.num_domains;
+    return out;
+  };
+  const auto ep8 = spanning(8);
+  CHECK(ep8.at("fsdp") == 2);       // the shard group spans both nodes
+  CHECK(!ep8.contains("ep"));       // 8 consecutive ranks: one node
+  CHECK(spanning(16).at("ep") == 2);
 }

@@ -21,9 +21,8 @@
 #include "app/sweep_command.hpp"
 #include "core/error.hpp"
 #include "core/json_input.hpp"
-#ifdef MOESIM_HAVE_CUDA
-#include "app/calibrate_command.hpp"  // built with -Dcuda: the GPU commands
-#include "app/run_command.hpp"
+#ifdef MOESIM_GPU_MODULE
+#include "app/gpu_commands.hpp"  // built with -Dcuda: calibrate, run, validate, from their own module
 #endif
 
 namespace {
@@ -111,7 +110,7 @@ int main(int argc, char** argv) {
   PlanCliOptions plan_opt;
   const PlanCommands plan = add_plan_command(app, plan_opt);
 
-#ifdef MOESIM_HAVE_CUDA
+#ifdef MOESIM_GPU_MODULE
   CalibrateCommand calibrate_opt;
   auto* calibrate = app.add_subcommand("calibrate", "Benchmark kernels, copies and collectives on the local GPUs; write a calibration file");
   calibrate->add_option("--out", calibrate_opt.out, "Calibration file to write (default: JSON on stdout)");
@@ -141,13 +140,13 @@ int main(int argc, char** argv) {
   }
 
   try {
-#ifdef MOESIM_HAVE_CUDA
+#ifdef MOESIM_GPU_MODULE
     if (calibrate->parsed()) {
-      print(run_calibrate_command(calibrate_opt));
+      print(gpu_commands().calibrate(calibrate_opt));
       return 0;
     }
     if (run->parsed() || validate->parsed()) {
-      print(run->parsed() ? run_run_command(run_opt) : run_validate_command(run_opt));
+      print(run->parsed() ? gpu_commands().run(run_opt) : gpu_commands().validate(run_opt));
       return 0;
     }
 #endif

@@ -140,6 +140,25 @@ for args, fragment in [
     r = run(*args)
     expect("flags " + " ".join(args), r.returncode == 2 and fragment in r.stderr + r.stdout, f"rc={r.returncode} {r.stderr!r}")
 
+# Only the GPU commands load the CUDA libraries (from libmoesim_gpu.so beside the binary): every
+# other command starts without mapping cuBLAS or NCCL.
+def loaded_libraries(*args):
+    env = dict(os.environ, LD_DEBUG="libs")
+    r = subprocess.run([MOESIM, *args], capture_output=True, text=True, timeout=60, env=env)
+    return r, [line for line in r.stderr.splitlines() if "calling init:" in line]
+
+
+for args in (("--version",), ("model", "info", "kimi-k3"), ("scenario", "info")):
+    r, libs = loaded_libraries(*args)
+    cuda = [line for line in libs if any(k in line for k in ("cublas", "nccl", "libcuda", "cudnn"))]
+    expect("no CUDA library loaded by " + " ".join(args), r.returncode == 0 and not cuda, "\n".join(cuda))
+module = os.path.join(os.path.dirname(MOESIM), "libmoesim_gpu.so")
+if os.path.exists(module):
+    # A bad input inside the module is still exit 2 naming it (errors cross the module boundary).
+    r, libs = loaded_libraries("validate", "no-such-scenario")
+    expect("validate bad scenario exit 2", r.returncode == 2 and "no-such-scenario" in r.stderr, r.stderr[-300:])
+    expect("validate loads the GPU module", any("libmoesim_gpu" in line for line in libs))
+
 # The reference page is generated from the declarations.
 with open("docs/inputs.md") as f:
     expect("docs/inputs.md up to date", f.read() == run("describe", "--markdown").stdout,

@@ -45,6 +45,9 @@ VARIANTS = [
      [setp("/parallel/fsdp/shard", 32), setp("/parallel/ep", 32),
       setp("/parallel/pp", {"stages": 4, "schedule": "interleaved_1f1b", "virtual_stages": 3,
                             "layers_per_chunk": [8] * 9 + [7] * 3})]),
+    ("PP4 ZB-H1, 24/23/23/23 layers", "`/parallel/pp` 4 stages zb_h1, FSDP 32, EP32",
+     [setp("/parallel/fsdp/shard", 32), setp("/parallel/ep", 32),
+      setp("/parallel/pp", {"stages": 4, "schedule": "zb_h1", "layers_per_chunk": [24, 23, 23, 23]})]),
     ("gradients synced once", "`/parallel/fsdp/gradient_sync` last_micro_batch",
      [setp("/parallel/fsdp/gradient_sync", "last_micro_batch")]),
 ]

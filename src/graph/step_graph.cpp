@@ -17,33 +17,43 @@
 namespace moesim {
 namespace {
 
-// One forward or backward of one model chunk of one micro-batch.
+// One pass of one model chunk of one micro-batch: its forward, its backward, or (zero-bubble
+// schedules) the weight gradients held back from its backward.
+enum class Pass { forward, backward, weight };
 struct Action {
-  bool forward;
+  Pass pass;
   int64_t micro;
   int64_t chunk;  // virtual chunk on this stage
 };
 
-// Megatron's 1F1B and interleaved 1F1B orders for one stage.
-std::vector<Action> pipeline_schedule(int64_t stage, int64_t stages, int64_t chunks, int64_t micros) {
+// Megatron's 1F1B and interleaved 1F1B orders for one stage, and ZB-H1 (Qi et al., "Zero Bubble
+// Pipeline Parallelism", ICLR 2024, arXiv 2401.10241): 1F1B's order of forwards and input-gradient
+// backwards, with stage s running each micro-batch's weight gradients s backwards later (the last
+// ones after the last backward). Later stages return input gradients sooner; every stage holds
+// about p micro-batches of activations, as in 1F1B.
+std::vector<Action> pipeline_schedule(int64_t stage, int64_t stages, int64_t chunks, int64_t micros, bool zero_bubble) {
   std::vector<Action> out;
   const int64_t total = micros * chunks;
   auto fwd_at = [&](int64_t k) {
     const int64_t group = k / (stages * chunks);
-    return Action{true, group * stages + k % stages, (k / stages) % chunks};
+    return Action{Pass::forward, group * stages + k % stages, (k / stages) % chunks};
   };
   auto bwd_at = [&](int64_t k) {
     const int64_t group = k / (stages * chunks);
-    return Action{false, group * stages + k % stages, chunks - 1 - (k / stages) % chunks};
+    return Action{Pass::backward, group * stages + k % stages, chunks - 1 - (k / stages) % chunks};
   };
   if (chunks == 1) {
     const int64_t warmup = std::min(stages - stage - 1, micros);
-    for (int64_t m = 0; m < warmup; ++m) out.push_back({true, m, 0});
-    for (int64_t m = warmup; m < micros; ++m) {
-      out.push_back({true, m, 0});
-      out.push_back({false, m - warmup, 0});
+    const int64_t lag = zero_bubble ? stage : -1;  // weight passes run `lag` backwards behind
+    for (int64_t m = 0; m < warmup; ++m) out.push_back({Pass::forward, m, 0});
+    for (int64_t b = 0; b < micros; ++b) {
+      if (b + warmup < micros) out.push_back({Pass::forward, b + warmup, 0});
+      out.push_back({Pass::backward, b, 0});
+      if (zero_bubble && b - lag >= 0) out.push_back({Pass::weight, b - lag, 0});
     }
-    for (int64_t m = micros - warmup; m < micros; ++m) out.push_back({false, m, 0});
+    if (zero_bubble) {
+      for (int64_t m = std::max<int64_t>(micros - lag, 0); m < micros; ++m) out.push_back({Pass::weight, m, 0});
+    }
     return out;
   }
   const int64_t warmup = std::min((stages - stage - 1) * 2 + (chunks - 1) * stages, total);
@@ -88,6 +98,7 @@ class StepBuilder {
     num_micro_ = spec_.batch.global_batch_size / (spec_.batch.micro_batch_size * p.dp());
     zero_stage_ = p.fsdp.zero_stage;
     sync_every_micro_ = resolved_gradient_sync(p.fsdp, p.pp.stages) == GradientSync::every_micro_batch;
+    zero_bubble_ = p.pp.schedule == PipelineSchedule::zero_bubble_h1;
   }
 
   int64_t num_micro() const { return num_micro_; }
@@ -140,17 +151,18 @@ class StepBuilder {
     first_bwd_op_.clear();
     last_reduce_.clear();
     accumulated_.clear();
+    deferred_.clear();
     collect_units(stage, true);
     persistent(program);
 
-    for (const Action& a : pipeline_schedule(stage, pp.stages, chunks, num_micro_)) {
+    for (const Action& a : pipeline_schedule(stage, pp.stages, chunks, num_micro_, zero_bubble_)) {
       const int64_t g = a.chunk * pp.stages + stage;
       const auto& layers = chunk_layers[static_cast<size_t>(a.chunk)];
       pass_start_ = static_cast<int64_t>(program.ops.size());
-      if (a.forward) {
-        forward(w, a.micro, g, layers);
-      } else {
-        backward(w, a.micro, g, layers);
+      switch (a.pass) {
+        case Pass::forward: forward(w, a.micro, g, layers); break;
+        case Pass::backward: backward(w, a.micro, g, layers); break;
+        case Pass::weight: weight_gradients(w, a.micro); break;
       }
     }
     optimizer(w);
@@ -161,6 +173,7 @@ class StepBuilder {
   TapePolicy policy_for(int64_t layer) const {
     TapePolicy p;
     p.comm_on_compute_stream = !spec_.overlap.comm_compute;
+    p.split_weight_grad = zero_bubble_;
     if (layer >= 1 && layer <= m_.num_layers) {
       if (spec_.recompute.layers.contains(layer)) p.recompute = spec_.recompute.policy;
       if (spec_.swap.enabled && spec_.swap.layers.contains(layer)) p.swap = spec_.swap.ops;
@@ -577,12 +590,28 @@ class StepBuilder {
     TapeState& st = states_.at({micro, layer});
     const BackwardResult r = emit_backward(w, tape, policy_for(layer), sc, st, grad_out.buffer, grad_out.producer, anchor);
     first_bwd_op_[layer] = r.first_compute_op;
-    if (syncs(micro)) {
+    if (zero_bubble_) {
+      // The weight gradients, and the reduction that needs them, wait for the weight pass.
+      deferred_[micro].push_back(DeferredUnit{layer, r.last_op, r.weight_grads, grads});
+    } else if (syncs(micro)) {
       std::vector<uint32_t> reduced = reduce(w, layer, static_cast<int32_t>(micro), r.last_op, grads);
       if (!reduced.empty()) last_reduce_[layer] = std::move(reduced);
     }
     states_.erase({micro, layer});
     return Boundary{r.input_grad_buffer, r.input_grad_producer};
+  }
+
+  // A zero-bubble weight pass: the held-back weight gradients of every unit of the micro-batch's
+  // backward, in backward order, each unit's gradient reduction after its last one.
+  void weight_gradients(ProgramWriter& w, int64_t micro) {
+    for (const DeferredUnit& u : deferred_[micro]) {
+      const int64_t last = emit_weight_grads(w, u.weight_grads);
+      if (!syncs(micro)) continue;
+      const uint32_t after = last >= 0 ? static_cast<uint32_t>(last) : u.backward_end;
+      std::vector<uint32_t> reduced = reduce(w, u.layer, static_cast<int32_t>(micro), after, u.grads);
+      if (!reduced.empty()) last_reduce_[u.layer] = std::move(reduced);
+    }
+    deferred_.erase(micro);
   }
 
   int64_t prefetch_anchor_backward(const ProgramWriter& w, int64_t layer) const {
@@ -628,6 +657,14 @@ class StepBuilder {
   std::map<int64_t, std::vector<uint32_t>> last_reduce_;  // per layer, each gradient part's last reduction
   int64_t pass_start_ = 0;  // first op index of the forward or backward being emitted
   int64_t zero_stage_ = 3;
+  bool zero_bubble_ = false;
+  struct DeferredUnit {
+    int64_t layer;
+    uint32_t backward_end;
+    std::vector<DeferredWeightGrad> weight_grads;
+    std::vector<uint32_t> grads;  // unsharded gradient buffers its reduction releases
+  };
+  std::map<int64_t, std::vector<DeferredUnit>> deferred_;  // per micro-batch, in backward order
   bool sync_every_micro_ = true;
   std::map<int64_t, std::vector<uint32_t>> accumulated_;  // per layer: unsharded gradients held across micro-batches
 };

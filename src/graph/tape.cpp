@@ -340,6 +340,19 @@ BackwardResult emit_backward(ProgramWriter& w, const LayerTape& tape, const Tape
       break;
     }
   }
+  // Zero-bubble split: which tape ops hand their weight gradient to a deferred W op, and, per
+  // tensor, the deferred W (the last in backward order) that must free it instead of its last
+  // backward reader.
+  auto splits = [&](const TapeOp& e) {
+    return policy.split_weight_grad && e.has_bwd && !is_communication(e.op.kind) && e.op.trainable_weight &&
+           e.wgrad_flops > 0;
+  };
+  std::vector<int> freed_by_w(ts.size(), -1);  // tape op index whose W frees the tensor
+  for (size_t i = ops.size(); i-- > 0;) {
+    if (!splits(ops[i])) continue;
+    for (int t : ops[i].bwd_needs) freed_by_w[static_cast<size_t>(t)] = static_cast<int>(i);  // smallest i = last W
+  }
+  std::vector<int64_t> w_of(ops.size(), -1);  // tape op -> its entry in r.weight_grads
   bool first_bwd = true;
   for (size_t i = ops.size(); i-- > 0;) {
     const TapeOp& e = ops[i];
@@ -375,7 +388,8 @@ BackwardResult emit_backward(ProgramWriter& w, const LayerTape& tape, const Tape
     op.layer = scope.layer;
     op.micro = scope.micro;
     op.stream = stream_for(op.kind, policy);
-    op.flops = comm ? 0 : e.bwd_flops + (e.op.trainable_weight ? e.wgrad_flops : 0);
+    const bool split = splits(e);
+    op.flops = comm ? 0 : e.bwd_flops + (e.op.trainable_weight && !split ? e.wgrad_flops : 0);
     op.bytes_read = e.op.bytes_read + e.op.bytes_written;
     op.bytes_written = e.op.bytes_read;
     std::vector<TensorDesc> in_descs = descs(tape, e.outputs);  // gradients of the outputs
@@ -383,6 +397,18 @@ BackwardResult emit_backward(ProgramWriter& w, const LayerTape& tape, const Tape
     const auto out_descs = descs(tape, e.inputs);  // gradients of the inputs
     const uint32_t idx = w.add(op, scope.prefix + e.name + ".bwd", in_descs, out_descs);
     on_emit(idx, true);
+    if (split) {
+      // W reads the saved inputs and the output gradient and writes the weight gradient; the
+      // same traffic model as the fused backward.
+      DeferredWeightGrad d;
+      d.op = op;
+      d.op.flops = e.wgrad_flops;
+      d.name = scope.prefix + e.name + ".wgrad";
+      d.inputs = in_descs;
+      d.after = idx;
+      w_of[i] = static_cast<int64_t>(r.weight_grads.size());
+      r.weight_grads.push_back(std::move(d));
+    }
     if (first_bwd) {
       for (uint32_t b : scope.alloc_at_start) w.effect(idx, b, MemAction::alloc);
       first_bwd = false;
@@ -401,18 +427,27 @@ BackwardResult emit_backward(ProgramWriter& w, const LayerTape& tape, const Tape
       }
       grad_producer[ut] = idx;
     }
-    // Gradients of the outputs end here, at their producer's backward.
+    // Gradients of the outputs end here, at their producer's backward (or its deferred W).
     for (int t : e.outputs) {
       const auto ut = static_cast<size_t>(t);
       if (grad_buffer[ut] >= 0) {
-        w.effect(idx, static_cast<uint32_t>(grad_buffer[ut]), MemAction::free);
+        if (split) {
+          r.weight_grads[static_cast<size_t>(w_of[i])].frees.push_back(static_cast<uint32_t>(grad_buffer[ut]));
+        } else {
+          w.effect(idx, static_cast<uint32_t>(grad_buffer[ut]), MemAction::free);
+        }
         grad_buffer[ut] = -1;
       }
     }
-    // Saved tensors end at their last backward reader; outputs nobody reads end here too.
+    // Saved tensors end at their last backward reader, or with the last deferred W that reads
+    // them (W ops run after every B op of the layer).
     for (int t : e.bwd_needs) {
       const auto ut = static_cast<size_t>(t);
-      if (a.last_bwd_use[ut] == static_cast<int>(i) && s.buffer[ut] >= 0) {
+      if (s.buffer[ut] < 0) continue;
+      if (freed_by_w[ut] == static_cast<int>(i)) {
+        r.weight_grads[static_cast<size_t>(w_of[i])].frees.push_back(static_cast<uint32_t>(s.buffer[ut]));
+        s.buffer[ut] = -1;
+      } else if (a.last_bwd_use[ut] == static_cast<int>(i) && freed_by_w[ut] < 0) {
         w.effect(idx, static_cast<uint32_t>(s.buffer[ut]), MemAction::free);
         s.buffer[ut] = -1;
       }
@@ -420,7 +455,7 @@ BackwardResult emit_backward(ProgramWriter& w, const LayerTape& tape, const Tape
     if (static_cast<int>(i) == last_bwd_entry) {
       // Anything still alive (kept for recompute only, recomputed but unread) ends with the layer.
       for (size_t t = 0; t < ts.size(); ++t) {
-        if (s.buffer[t] >= 0 && static_cast<int>(t) != tape.output()) {
+        if (s.buffer[t] >= 0 && static_cast<int>(t) != tape.output() && freed_by_w[t] < 0) {
           w.effect(idx, static_cast<uint32_t>(s.buffer[t]), MemAction::free);
           s.buffer[t] = -1;
         }
@@ -433,6 +468,17 @@ BackwardResult emit_backward(ProgramWriter& w, const LayerTape& tape, const Tape
   r.input_grad_buffer = static_cast<uint32_t>(std::max<int64_t>(grad_buffer[0], 0));
   r.input_grad_producer = static_cast<uint32_t>(std::max<int64_t>(grad_producer[0], 0));
   return r;
+}
+
+int64_t emit_weight_grads(ProgramWriter& w, const std::vector<DeferredWeightGrad>& grads) {
+  int64_t last = -1;
+  for (const DeferredWeightGrad& d : grads) {
+    const auto idx = w.add(d.op, d.name, d.inputs, d.outputs);
+    w.order_after(idx, d.after);
+    for (uint32_t b : d.frees) w.effect(idx, b, MemAction::free);
+    last = idx;
+  }
+  return last;
 }
 
 }  // namespace moesim

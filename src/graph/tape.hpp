@@ -73,6 +73,9 @@ struct TapePolicy {
   RecomputePolicy recompute = RecomputePolicy::none;
   std::vector<SwapTarget> swap;  // swap targets active for this layer
   bool comm_on_compute_stream = false;  // no communication/compute overlap
+  // Zero-bubble schedules: a trainable matmul's backward splits into its input gradient (B, in
+  // place) and its weight gradient (W), which emit_backward returns for the caller to place later.
+  bool split_weight_grad = false;
 };
 
 // What the forward leaves for the backward of one (layer, micro-batch).
@@ -103,12 +106,23 @@ struct EmitScope {
 TapeState emit_forward(ProgramWriter& w, const LayerTape& tape, const TapePolicy& policy, const EmitScope& scope,
                        uint32_t input_buffer, int64_t input_producer);
 
+// A weight-gradient op held back by a zero-bubble schedule: what it computes, the B op it follows,
+// and the buffers it is the last to read (the saved matmul inputs and the output gradients).
+struct DeferredWeightGrad {
+  Op op;
+  std::string name;
+  std::vector<TensorDesc> inputs, outputs;
+  uint32_t after = 0;
+  std::vector<uint32_t> frees;
+};
+
 struct BackwardResult {
   uint32_t first_op = 0;
   uint32_t first_compute_op = 0;  // the first recompute or backward op (after any swap-ins)
   uint32_t last_op = 0;
   uint32_t input_grad_buffer = 0;  // gradient of the layer input, for the previous layer to free
   uint32_t input_grad_producer = 0;
+  std::vector<DeferredWeightGrad> weight_grads;  // with TapePolicy::split_weight_grad, in backward order
 };
 
 // Emits recompute (if any), swap-ins and the backward. `output_grad_*` is the gradient of the
@@ -117,6 +131,9 @@ struct BackwardResult {
 BackwardResult emit_backward(ProgramWriter& w, const LayerTape& tape, const TapePolicy& policy,
                              const EmitScope& scope, TapeState& state, uint32_t output_grad_buffer,
                              int64_t output_grad_producer, int64_t prefetch_anchor);
+
+// Emits held-back weight gradients in order; returns the last op emitted (-1 if none).
+int64_t emit_weight_grads(ProgramWriter& w, const std::vector<DeferredWeightGrad>& grads);
 
 // The adjoint of a communication op in the backward (all-gather <-> reduce-scatter, ...).
 OpKind backward_kind_of_communication(OpKind forward);

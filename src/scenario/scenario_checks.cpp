@@ -87,6 +87,7 @@ class ScenarioChecker {
   void check_pipeline() const {
     const auto& pp = spec_.parallel.pp;
     if (pp.virtual_stages > 1 && pp.schedule != PipelineSchedule::interleaved_1f1b) {
+      // (zb_h1 is a schedule of one chunk per stage; ZB-V, its two-chunk form, is not modelled.)
       fail("/parallel/pp/virtual_stages", "more than one virtual stage needs the interleaved_1f1b schedule");
     }
     const int64_t chunks = pp.stages * pp.virtual_stages;

@@ -76,7 +76,9 @@ void declare_fields(F& f, TensorParallelSpec& s) {
 template <class F>
 void declare_fields(F& f, PipelineSpec& s) {
   f.optional("stages", s.stages, int64_t{1}, "Pipeline stages.", positive());
-  f.optional("schedule", s.schedule, PipelineSchedule::one_f_one_b, "Pipeline schedule.");
+  f.optional("schedule", s.schedule, PipelineSchedule::one_f_one_b,
+             "Pipeline schedule: 1f1b, interleaved_1f1b (with virtual_stages), or zb_h1 (1F1B with each weight "
+             "gradient split from its backward and deferred into the bubble: zero-bubble ZB-H1).");
   f.optional("virtual_stages", s.virtual_stages, int64_t{1}, "Model chunks per stage (interleaved_1f1b only).",
              positive());
   f.optional("layers_per_chunk", s.layers_per_chunk, std::vector<int64_t>{},

@@ -27,7 +27,7 @@ namespace moesim {
 
 enum class TrainingMode { pretrain, full_finetune, lora };
 enum class OptimizerKind { adamw, sgd };
-enum class PipelineSchedule { one_f_one_b, interleaved_1f1b };
+enum class PipelineSchedule { one_f_one_b, interleaved_1f1b, zero_bubble_h1 };
 enum class RecomputePolicy { none, selective, full };
 enum class LossKind { full, chunked, cce };
 enum class RoutingDistribution { uniform, skewed, histogram };
@@ -275,9 +275,10 @@ struct EnumNames<OptimizerKind> {
 };
 template <>
 struct EnumNames<PipelineSchedule> {
-  static constexpr std::array<std::pair<std::string_view, PipelineSchedule>, 2> names{{
+  static constexpr std::array<std::pair<std::string_view, PipelineSchedule>, 3> names{{
       {"1f1b", PipelineSchedule::one_f_one_b},
       {"interleaved_1f1b", PipelineSchedule::interleaved_1f1b},
+      {"zb_h1", PipelineSchedule::zero_bubble_h1},
   }};
 };
 template <>

@@ -256,3 +256,43 @@ TEST_CASE("uneven pipeline layouts: the counts of layers per chunk decide each s
   CHECK(layers_of(c.graph.programs[0]).empty());
   CHECK(c.result.step_time > 0);
 }
+
+TEST_CASE("ZB-H1: the bubble shrinks to (p - 1)(F + B - W), every op runs, memory as 1F1B's") {
+  for (int64_t p : {2, 4, 8}) {
+    for (int64_t m : {8, 32}) {
+      CAPTURE(p);
+      CAPTURE(m);
+      Plan zb = uniform_pipeline(p, 1, m);
+      zb.schedule = "zb_h1";
+      const Run run = simulate(zb, true);
+      const StepResult& r = run.result;
+      CHECK(r.timeline.records.size() == ops_of_all_ranks(run.graph));
+      // The slowest stage's forward (F), input-gradient (B) and weight-gradient (W) time.
+      double f = 0, b = 0, wgrad = 0, optimizer = 0;
+      for (const ExecRecord& rec : r.timeline.records) {
+        if (rec.rank != r.slowest_rank || rec.stream != Stream::compute) continue;
+        const Program& prog = run.graph.programs[static_cast<size_t>(rec.program)];
+        const Op& op = prog.ops[rec.op];
+        if (is_communication(op.kind)) continue;
+        const double t = seconds(rec.end - rec.start);
+        if (op.phase == Phase::fwd) {
+          f += t;
+        } else if (op.phase == Phase::optimizer) {
+          optimizer += t;
+        } else if (prog.name_of(op).ends_with(".wgrad")) {
+          wgrad += t;
+        } else {
+          b += t;
+        }
+      }
+      REQUIRE(wgrad > 0);
+      const double ideal = f + b + wgrad;
+      const double bubble = (seconds(r.step_time) - ideal - optimizer) / ideal;
+      const double expected = static_cast<double>(p - 1) * (f + b - wgrad) / static_cast<double>(m) / ideal;
+      CHECK(bubble == doctest::Approx(expected).epsilon(0.02));
+      const Run one_f_one_b = simulate(uniform_pipeline(p, 1, m));
+      CHECK(r.step_time < one_f_one_b.result.step_time);
+      CHECK(r.memory[0].peak_hbm_bytes == doctest::Approx(one_f_one_b.result.memory[0].peak_hbm_bytes).epsilon(0.02));
+    }
+  }
+}

@@ -327,14 +327,15 @@ TEST_CASE("tensor parallelism splits the embedding over the vocabulary: 1/tp of 
 TEST_CASE("every ZeRO stage and gradient sync mode balances memory, with and without a pipeline") {
   for (int64_t zero = 0; zero <= 3; ++zero) {
     for (const char* sync : {"every_micro_batch", "last_micro_batch"}) {
-      for (int64_t pp : {1, 2}) {
+      for (int64_t pp : {1, 2, 3}) {  // 3: two stages under ZB-H1
         CAPTURE(zero);
         CAPTURE(sync);
         CAPTURE(pp);
         Plan p;  // qwen3-30b-a3b: experts over EP 4 of the shard group 8 (expert-data-parallel 2)
         p.ep = 4;
-        p.pp = pp;
-        p.devices = 8 * pp;
+        p.pp = std::min<int64_t>(pp, 2);
+        p.schedule = pp == 3 ? "zb_h1" : "1f1b";
+        p.devices = 8 * p.pp;
         p.replicate = 1;
         p.zero_stage = zero;
         p.gradient_sync = sync;

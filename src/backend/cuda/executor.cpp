@@ -265,10 +265,15 @@ IndexTables build_tables(const StepGraph& g, const ModelSpec& m, int64_t rank, s
 
 // NCCL communicators: one per communication queue whose group has more than one member, one
 // ncclCommInitAll per group instance. Every queue needs its own: operations on one communicator
-// issued from several streams may deadlock (the four pipeline queues share the pp group).
+// issued from several streams may deadlock. Pipeline sends and receives get one communicator per
+// link - (channel, sender, receiver), the channel being activations or gradients - shared only by
+// the sender's send queue and the receiver's receive queue of that channel, so that each end uses
+// it from one stream and a send always meets its receive on the same communicator.
 struct Comms {
   // [rank][queue]
   std::vector<std::array<GroupComm, kNumQueues>> of;
+  // (channel, sender, receiver) -> the sender's and the receiver's communicator of that link
+  std::map<std::tuple<int, int64_t, int64_t>, std::pair<ncclComm_t, ncclComm_t>> links;
   std::vector<ncclComm_t> all;
   ~Comms() {
     for (ncclComm_t c : all) (void)ncclCommDestroy(c);
@@ -282,6 +287,16 @@ int communicator_of(const Op& op) {
   return q >= 2 ? q : 2 + static_cast<int>(op.group);
 }
 
+// A pipeline send or receive's link: (channel, sender, receiver); sender < 0 when the peer is
+// outside the group (the first or last stage: nothing to exchange).
+std::tuple<int, int64_t, int64_t> pipeline_link(const StepGraph& g, int64_t rank, const Op& op) {
+  const int64_t index = g.plan.group_rank(rank, op.group) + op.peer_offset;
+  if (index < 0 || index >= g.plan.group_size(op.group)) return {0, -1, -1};
+  const int64_t peer = g.plan.member(rank, op.group, index);
+  const int channel = op.phase == Phase::fwd ? 0 : 1;
+  return op.kind == OpKind::send ? std::tuple{channel, rank, peer} : std::tuple{channel, peer, rank};
+}
+
 void init_comms(const StepGraph& g, const std::vector<int>& devices, Comms& c) {
   const int64_t n = g.plan.num_ranks();
   c.of.assign(static_cast<size_t>(n), {});
@@ -291,7 +306,19 @@ void init_comms(const StepGraph& g, const std::vector<int>& devices, Comms& c) {
       if (is_communication(op.kind)) used[static_cast<size_t>(communicator_of(op))] = true;
     }
   }
-  for (int q = 2; q < kNumQueues; ++q) {
+  for (int64_t r = 0; r < n; ++r) {
+    for (const Op& op : g.programs[static_cast<size_t>(g.plan.program_of(r))].ops) {
+      if (!is_pipeline_p2p(op)) continue;
+      const auto link = pipeline_link(g, r, op);
+      if (std::get<1>(link) < 0 || c.links.contains(link)) continue;
+      const std::array<int, 2> devs{devices[static_cast<size_t>(std::get<1>(link))], devices[static_cast<size_t>(std::get<2>(link))]};
+      std::array<ncclComm_t, 2> comms{};
+      MOESIM_NCCL_CHECK(ncclCommInitAll(comms.data(), 2, devs.data()));
+      c.all.insert(c.all.end(), comms.begin(), comms.end());
+      c.links[link] = {comms[0], comms[1]};
+    }
+  }
+  for (int q = 2; q < kFirstPipelineQueue; ++q) {
     const GroupKind kind = queue_group(q);
     const auto k = static_cast<size_t>(q);
     if (!used[k] || g.plan.group_size(kind) <= 1) continue;
@@ -449,7 +476,18 @@ void issue_step(RankState& r, const StepGraph& g, const Scenario& sc, const Comm
     env.optimizer = &r.optimizer;
     env.pinned = r.pinned;
     env.pinned_bytes = r.pinned_bytes;
-    if (is_communication(op.kind)) env.comm = comms.of[static_cast<size_t>(r.rank)][static_cast<size_t>(communicator_of(op))];
+    if (is_pipeline_p2p(op)) {
+      const auto link = pipeline_link(g, r.rank, op);
+      if (std::get<1>(link) >= 0) {
+        const auto& [sender_comm, receiver_comm] = comms.links.at(link);
+        const bool sends = op.kind == OpKind::send;
+        env.comm = GroupComm{sends ? sender_comm : receiver_comm, sends ? 0 : 1, 2, sends ? 1 : 0};
+      } else {
+        env.comm = GroupComm{};  // no peer: nothing to exchange
+      }
+    } else if (is_communication(op.kind)) {
+      env.comm = comms.of[static_cast<size_t>(r.rank)][static_cast<size_t>(communicator_of(op))];
+    }
     launch_op(env, p, i);
     MOESIM_CUDA_CHECK(cudaEventRecord(r.end[i], s));
   }

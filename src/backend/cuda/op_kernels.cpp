@@ -719,7 +719,7 @@ class Launcher {
   // Pipeline / context-parallel point to point: a peer outside the group means nothing to do.
   void p2p() {
     const GroupComm& c = e_.comm;
-    const int peer = c.rank + op_.peer_offset;
+    const int peer = c.peer >= 0 ? c.peer : c.rank + op_.peer_offset;
     if (c.size <= 1 || peer < 0 || peer >= c.size || op_.comm_bytes <= 0) return;
     const auto bytes = static_cast<size_t>(op_.comm_bytes);
     void* buf = op_.kind == OpKind::send ? e_.in->take_bytes(bytes) : e_.out->take_bytes(bytes);

@@ -98,6 +98,7 @@ struct GroupComm {
   ncclComm_t comm = nullptr;
   int rank = 0;  // this rank's index in the group
   int size = 1;
+  int peer = -1;  // send / recv on a communicator of the two ends only: the peer's index in it
 };
 
 // What one launch needs. Everything device-side is null/empty in a dry run.

@@ -7,7 +7,7 @@ set -euo pipefail
 
 packages=(
   build-essential pkg-config cmake ninja-build meson python3
-  libboost-graph-dev nlohmann-json3-dev libeigen3-dev libcli11-dev doctest-dev
+  libboost-graph-dev nlohmann-json3-dev libcli11-dev doctest-dev
   libopenmpi-dev openmpi-bin
   libbenchmark-dev gcovr
   # notebooks/ (the 'notebooks' test), for Debian's /usr/bin/python3:

@@ -152,13 +152,12 @@ double CostModel::bus_factor(OpKind kind, int64_t n) {
 
 CollectiveCost CostModel::collective(OpKind kind, double bytes, const GroupPlacement& g) const {
   const auto& up = hw_.fabric.scale_up;
-  const double eff = hw_.efficiency.collective;
-  const double b_up = up.port_bandwidth.value * eff;
+  const double b_up = scale_up_bandwidth();
   const double a_up = up.latency.value;
   double b_out = b_up;
   double a_out = a_up;
   if (hw_.fabric.scale_out) {
-    b_out = hw_.fabric.scale_out->nic_bandwidth.value * static_cast<double>(hw_.fabric.scale_out->nics_per_device) * eff;
+    b_out = achievable(hw_.fabric.scale_out->nic_bandwidth.value * static_cast<double>(hw_.fabric.scale_out->nics_per_device));
     a_out = hw_.fabric.scale_out->latency.value;
   }
   CollectiveCost c;

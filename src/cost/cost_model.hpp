@@ -86,6 +86,13 @@ class CostModel {
   static double bus_factor(OpKind kind, int64_t n);
 
   const HardwareSpec& hardware() const { return hw_; }
+
+  // What a transfer reaches on a link of `link_bytes_per_s`: the link x the hardware's collective
+  // efficiency. The one place that applies it (collectives, switch tiers, copies over the fabric).
+  double achievable(double link_bytes_per_s) const { return link_bytes_per_s * hw_.efficiency.collective; }
+  double scale_up_bandwidth() const { return achievable(hw_.fabric.scale_up.port_bandwidth.value); }
+  // The factor on a kernel's time while a transfer of its rank moves data.
+  double overlap_slowdown() const { return hw_.efficiency.overlap_slowdown; }
   const Calibration* calibration() const { return calibration_.get(); }
 
  private:

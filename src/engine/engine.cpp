@@ -235,7 +235,7 @@ struct Engine::Impl {
       double seconds = cost.kernel_seconds(op, rows_scale(slot, op));
       if (!opt.rank_speed.empty()) seconds *= opt.rank_speed[static_cast<size_t>(rank_of_slot(slot))];
       if (op.stream == Stream::compute && comm_in_flight[static_cast<size_t>(slot)] > 0) {
-        seconds *= 1 + cost.hardware().efficiency.overlap_slowdown;
+        seconds *= 1 + cost.overlap_slowdown();
       }
       schedule(t + to_ps(seconds), EventKind::op_done, slot, op_index);
       return;
@@ -305,14 +305,10 @@ struct Engine::Impl {
       f.weights.push_back(1.0);
       if (host.over_scale_up) {
         f.ports.push_back(slot * kPortsPerSlot + kScaleUpPort);
-        f.weights.push_back(copy_bandwidth / scale_up_bandwidth());
+        f.weights.push_back(copy_bandwidth / cost.scale_up_bandwidth());
       }
     }
     schedule(t + to_ps(copy.latency_s), EventKind::transfer_start, 0, id);
-  }
-
-  double scale_up_bandwidth() const {
-    return cost.hardware().fabric.scale_up.port_bandwidth.value * cost.hardware().efficiency.collective;
   }
 
   uint32_t new_flow() {
@@ -493,7 +489,7 @@ struct Engine::Impl {
     last_version = 0;
     routing.clear();
     slot_load.clear();
-    tiers.emplace(cost.hardware(), num_ranks, static_cast<int32_t>(n * kPortsPerSlot));
+    tiers.emplace(cost, num_ranks, static_cast<int32_t>(n * kPortsPerSlot));
     tier_links.clear();
     sharing.reset(n * kPortsPerSlot + static_cast<size_t>(tiers->num_resources()));
     for (int32_t s = 0; s < num_slots; ++s) {

@@ -42,7 +42,7 @@
 #include <vector>
 
 #include "cost/cost_model.hpp"
-#include "engine/timeline.hpp"
+#include "graph/timeline.hpp"
 #include "graph/step_graph.hpp"
 #include "memory/rank_memory.hpp"
 

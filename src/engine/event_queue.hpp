@@ -9,7 +9,7 @@
 #include <queue>
 #include <vector>
 
-#include "engine/timeline.hpp"
+#include "graph/timeline.hpp"
 
 namespace moesim {
 

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/timeline.hpp"
+#include "graph/timeline.hpp"
 #include "graph/program.hpp"
 
 namespace moesim {

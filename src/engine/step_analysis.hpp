@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "engine/program_index.hpp"
-#include "engine/timeline.hpp"
+#include "graph/timeline.hpp"
 #include "plan/parallel_plan.hpp"
 
 namespace moesim {

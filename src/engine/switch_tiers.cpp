@@ -5,8 +5,8 @@
 
 namespace moesim {
 
-SwitchTiers::SwitchTiers(const HardwareSpec& hw, int64_t num_ranks, int32_t first_resource) {
-  const double eff = hw.efficiency.collective;
+SwitchTiers::SwitchTiers(const CostModel& cost, int64_t num_ranks, int32_t first_resource) {
+  const HardwareSpec& hw = cost.hardware();
   domain_size_ = hw.fabric.scale_up.domain_size;
   int32_t next = first_resource;
   auto add = [&](std::vector<Tier>& out, const std::vector<SwitchTierSpec>& specs, int64_t base) {
@@ -15,7 +15,7 @@ SwitchTiers::SwitchTiers(const HardwareSpec& hw, int64_t num_ranks, int32_t firs
       Tier t;
       t.span = s.span;
       t.below = below;
-      t.capacity = static_cast<double>(s.span) * s.bandwidth_per_device.value * eff;
+      t.capacity = cost.achievable(static_cast<double>(s.span) * s.bandwidth_per_device.value);
       t.first_resource = next;
       next += static_cast<int32_t>((num_ranks + s.span - 1) / s.span);
       out.push_back(t);

@@ -25,14 +25,14 @@
 #include <utility>
 #include <vector>
 
-#include "hardware/hardware_spec.hpp"
+#include "cost/cost_model.hpp"
 
 namespace moesim {
 
 class SwitchTiers {
  public:
   // Resources are numbered from `first_resource` on, tier by tier (scale-up tiers first).
-  SwitchTiers(const HardwareSpec& hw, int64_t num_ranks, int32_t first_resource);
+  SwitchTiers(const CostModel& cost, int64_t num_ranks, int32_t first_resource);
 
   int32_t num_resources() const { return num_resources_; }
 

@@ -24,7 +24,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/timeline.hpp"
+#include "graph/timeline.hpp"
 #include "graph/step_graph.hpp"
 
 namespace moesim {

@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "backend/cuda/op_kernels.hpp"
-#include "engine/timeline.hpp"
+#include "graph/timeline.hpp"
 #include "graph/queues.hpp"
 #include "graph/step_graph.hpp"
 #include "memory/buffer_plan.hpp"

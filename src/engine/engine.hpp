@@ -60,6 +60,9 @@ struct EngineOptions {
   bool record_timeline = false;       // keep every op execution (for traces)
   int64_t record_memory_ranks = 1;    // memory samples for the first N ranks (when recording)
   std::vector<double> rank_speed;     // per-rank slowdown factors (1 = nominal); empty: all 1
+  // The sampler expert loads are drawn from, when not the graph's own: a sweep over routing
+  // reuses one graph (and one engine) without changing it. Must outlive the run.
+  const RoutingSampler* routing = nullptr;
   // Simulate one representative per class of interchangeable ranks (same program, same speed,
   // same classes of peers in every group) instead of every rank; see engine.cpp. Exact when the
   // members' loads are equal; with sampled routing each class runs its slowest member's loads.
@@ -99,8 +102,8 @@ struct StepResult {
 };
 
 // The engine keeps references to the graph and the cost model and indexes the graph's programs
-// once; each run reads the graph's routing sampler afresh, so the sampler may be replaced between
-// runs (a sweep over routing), but the programs and the plan must not change.
+// once; neither may change while the engine lives. Each run draws expert loads from the graph's
+// routing sampler or the one EngineOptions::routing names.
 class Engine {
  public:
   Engine(const StepGraph& graph, const CostModel& cost);

@@ -3,7 +3,8 @@
 
 namespace moesim {
 
-GraphStats compute_stats(const StepGraph& g) {
+GraphStats compute_stats(const StepGraph& g, const RoutingSampler* routing) {
+  if (routing == nullptr && g.routing) routing = &*g.routing;
   GraphStats s;
   s.num_ranks = g.plan.num_ranks();
   s.num_programs = g.plan.num_programs();
@@ -22,13 +23,13 @@ GraphStats compute_stats(const StepGraph& g) {
       if (counts_as_model_flops(op.kind) && (op.phase == Phase::fwd || op.phase == Phase::bwd)) {
         s.model_flops_per_step += op.flops * n;
       }
-      if (op.kind == OpKind::all_to_all && g.routing) {
+      if (op.kind == OpKind::all_to_all && routing) {
         // EP rank e keeps the expected fraction Q_e of what it sends; the rest crosses the fabric.
         double remote = 0;
-        for (int64_t e = 0; e < g.routing->ep(); ++e) {
-          remote += 1.0 - g.routing->expected_fraction(op.routing_layer, e);
+        for (int64_t e = 0; e < routing->ep(); ++e) {
+          remote += 1.0 - routing->expected_fraction(op.routing_layer, e);
         }
-        s.all_to_all_remote_bytes += op.comm_bytes * n * remote / static_cast<double>(g.routing->ep());
+        s.all_to_all_remote_bytes += op.comm_bytes * n * remote / static_cast<double>(routing->ep());
       }
     }
   }

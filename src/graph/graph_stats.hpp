@@ -28,6 +28,8 @@ struct GraphStats {
   std::map<OpKind, KindStats> by_kind;
 };
 
-GraphStats compute_stats(const StepGraph& graph);
+// `routing`: the sampler expert traffic is drawn from, when not the graph's own (a sweep over
+// routing reuses one graph).
+GraphStats compute_stats(const StepGraph& graph, const RoutingSampler* routing = nullptr);
 
 }  // namespace moesim

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -47,6 +48,7 @@ struct ConfigEvaluator::State {
   std::string structure_key;
   std::string routing;
   std::unique_ptr<StepGraph> graph;
+  std::optional<RoutingSampler> sampler;  // a routing axis' sampler, when not the graph's own
   GraphStats stats;
   std::unique_ptr<Engine> engine;
 };
@@ -92,21 +94,23 @@ ConfigOutcome ConfigEvaluator::evaluate(int64_t index, const LoadedConfig& loade
     st.routing = routing;
     st.stats = compute_stats(*st.graph);
     ++num_graphs_built_;
+    st.sampler.reset();
   } else if (st.routing != routing) {
-    // Same structure, other routing: only the sampler the engine reads changes.
-    st.engine.reset();
+    // Same structure, other routing: the engine draws from another sampler; the graph stays.
+    st.sampler.reset();
     if (s.model.moe) {
-      st.graph->routing.emplace(s.spec.routing, s.model.moe->num_experts, s.model.moe->top_k, s.spec.parallel.ep,
-                                s.routing_histogram);
+      st.sampler.emplace(s.spec.routing, s.model.moe->num_experts, s.model.moe->top_k, s.spec.parallel.ep,
+                         s.routing_histogram);
     }
     st.routing = routing;
-    st.stats = compute_stats(*st.graph);
+    st.stats = compute_stats(*st.graph, st.sampler ? &*st.sampler : nullptr);
   }
   if (!st.engine) st.engine = std::make_unique<Engine>(*st.graph, *st.cost);
 
   std::vector<StepResult> steps;
   EngineOptions eo;
   eo.distinct_ranks = distinct_ranks_;
+  eo.routing = st.sampler ? &*st.sampler : nullptr;
   eo.rank_speed = rank_speeds(s.spec);  // the scenario's stragglers
   for (int64_t step = 0; step < s.spec.routing.num_sampled_steps; ++step) {
     eo.step = step;

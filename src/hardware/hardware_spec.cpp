@@ -64,7 +64,10 @@ void declare_fields(F& f, SwitchTierSpec& s) {
   f.required("span", s.span, "Devices that share one switch group of this tier.", positive());
   f.required("bandwidth_per_device", s.bandwidth_per_device,
              "Capacity of this tier per device, each way (below the port bandwidth when oversubscribed).", positive());
-  f.required("latency", s.latency, "Latency added per crossing of this tier.", non_negative());
+  f.required("latency", s.latency,
+             "Latency of a crossing of this tier. Read and checked but not used yet: collectives take the fabric's "
+             "small-message latency (scale_up.latency, scale_out.latency) whatever tiers they cross.",
+             non_negative());
 }
 
 template <class F>

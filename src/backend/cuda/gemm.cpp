@@ -154,7 +154,8 @@ void Gemm::tune(Plan& p, const GemmShape& s, const void* a, const void* b, void*
     // Enough timed runs for about half a millisecond per algorithm: a small GEMM takes a few
     // microseconds, where five runs would let event resolution and jitter pick the algorithm.
     constexpr int kWarmup = 2;
-    const double guess_s = s.flops() / 500e12 + 5e-6;
+    constexpr double kGuessFlopsPerS = 500e12;  // a rough GEMM rate, only to size the number of trials
+    const double guess_s = s.flops() / kGuessFlopsPerS + 5e-6;
     const int kTimed = static_cast<int>(std::clamp(std::ceil(5e-4 / guess_s), 5.0, 50.0));
     TuneScratch t;
     const size_t c_bytes =

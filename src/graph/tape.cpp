@@ -101,13 +101,21 @@ Analysis analyse(const LayerTape& tape, const TapePolicy& policy) {
   if (policy.recompute == RecomputePolicy::full) {
     // Keep the layer input; recompute the whole layer except swap-target ops, whose needed
     // outputs come back from host memory instead.
+    // A swapped op's output comes back for every reader it has in the backward: a backward op,
+    // or an op the recompute runs again (its output is their input); one that nobody reads needs
+    // no copy, and its op then has nothing to recompute.
     a.kept[0] = true;
+    for (size_t i = 0; i < ops.size(); ++i) a.recomputed[i] = !ops[i].fwd_noop && !swap_active(ops[i], policy);
+    std::vector<bool> read_by_recompute(nt);
     for (size_t i = 0; i < ops.size(); ++i) {
-      const bool swapped_op = swap_active(ops[i], policy);
-      a.recomputed[i] = !ops[i].fwd_noop && !swapped_op;
-      if (!swapped_op) continue;
+      if (!a.recomputed[i]) continue;
+      for (int t : ops[i].inputs) read_by_recompute[static_cast<size_t>(t)] = true;
+    }
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (!swap_active(ops[i], policy)) continue;
       for (int o : ops[i].outputs) {
-        if (a.needed[static_cast<size_t>(o)]) a.kept[static_cast<size_t>(o)] = a.swapped[static_cast<size_t>(o)] = true;
+        const auto uo = static_cast<size_t>(o);
+        if (a.needed[uo] || read_by_recompute[uo]) a.kept[uo] = a.swapped[uo] = true;
       }
     }
     return a;

@@ -4,11 +4,17 @@
 #include <iostream>
 
 #include "backend/cuda/calibrate.hpp"
+#include "backend/cuda/device.hpp"
+#include "core/error.hpp"
 #include "core/output_file.hpp"
 
 namespace moesim {
 
 std::string run_calibrate_command(const CalibrateCommand& c) {
+  // No GPU is the user's environment, not a defect: exit 2 with what to check.
+  if (cuda::device_count() == 0) {
+    throw InputError("moesim calibrate", "", "no CUDA device is visible (check the driver and CUDA_VISIBLE_DEVICES)");
+  }
   cuda::CalibrateOptions opt;
   opt.quick = c.quick;
   opt.command = c.command;

@@ -500,7 +500,8 @@ class StepBuilder {
   // compute stream is now (FSDP2's pre-forward hook of the root), not at the start of the step.
   int64_t prefetch_anchor_forward(const ProgramWriter& w, int64_t layer) const {
     const int64_t k = spec_.parallel.fsdp.prefetch;
-    auto it = first_fwd_op_.find(layer - std::max<int64_t>(k, 1));
+    if (k == 0) return last_compute(w);  // no prefetch: gathered when the unit is reached
+    auto it = first_fwd_op_.find(layer - k);
     if (it != first_fwd_op_.end() && it->second >= pass_start_) return it->second;
     return last_compute(w);
   }
@@ -615,7 +616,8 @@ class StepBuilder {
   }
 
   int64_t prefetch_anchor_backward(const ProgramWriter& w, int64_t layer) const {
-    const int64_t k = std::max<int64_t>(spec_.parallel.fsdp.prefetch, 1);
+    const int64_t k = spec_.parallel.fsdp.prefetch;
+    if (k == 0) return last_compute(w);
     auto it = first_bwd_op_.find(layer + k);
     if (it != first_bwd_op_.end() && it->second >= pass_start_) return it->second;
     return last_compute(w);

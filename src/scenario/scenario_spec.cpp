@@ -63,7 +63,10 @@ void declare_fields(F& f, FsdpSpec& s) {
              "for zero_stage 0-1 and for FSDP2 under pipeline parallelism, every micro-batch otherwise.");
   f.optional("reshard_after_forward", s.reshard_after_forward, true,
              "Free gathered parameters after forward and gather again for backward.");
-  f.optional("prefetch", s.prefetch, int64_t{1}, "Units gathered ahead of their use.", non_negative());
+  f.optional("prefetch", s.prefetch, int64_t{1},
+             "Units gathered ahead of their use; 0: a unit's gathers start only when it is reached (after the compute "
+             "before it), fully exposed.",
+             non_negative());
 }
 
 template <class F>

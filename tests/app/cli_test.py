@@ -7,6 +7,7 @@ usage: cli_test.py BUILD/moesim   (run from the project root)
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -158,6 +159,9 @@ if os.path.exists(module):
     r, libs = loaded_libraries("validate", "no-such-scenario")
     expect("validate bad scenario exit 2", r.returncode == 2 and "no-such-scenario" in r.stderr, r.stderr[-300:])
     expect("validate loads the GPU module", any("libmoesim_gpu" in line for line in libs))
+    if shutil.which("nvidia-smi") is None:  # no GPU here: the GPU commands say so, exit 2
+        r = run("calibrate", "--quick")
+        expect("calibrate without a GPU exit 2", r.returncode == 2 and "no CUDA device" in r.stderr, r.stderr[-300:])
 
 # The reference page is generated from the declarations.
 with open("docs/inputs.md") as f:

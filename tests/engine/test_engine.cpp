@@ -325,3 +325,22 @@ TEST_CASE("max-min sharing meets its definition in every reshare of whole steps"
     }
   }
 }
+
+TEST_CASE("FSDP prefetch: 0 gathers a unit only when it is reached, exposing its gathers") {
+  Plan p;  // qwen3-30b-a3b over 8 H200s, FSDP2 8
+  p.global_batch = 8;
+  p.seq = 2048;
+  auto exposed_gathers = [&](int64_t prefetch) {
+    Scenario s = test::scenario(p);
+    s.spec.parallel.fsdp.prefetch = prefetch;
+    const StepGraph g = build_step_graph(s);
+    const StepResult r = Engine(g, CostModel(s.hardware)).run({});
+    Picoseconds t = 0;
+    for (const auto& [cause, ps] : r.exposed) t += cause == "all_gather" ? ps : 0;
+    return std::pair{r.step_time, t};
+  };
+  const auto [none_step, none_exposed] = exposed_gathers(0);
+  const auto [one_step, one_exposed] = exposed_gathers(1);
+  CHECK(none_step > one_step);
+  CHECK(none_exposed > one_exposed);
+}

@@ -76,3 +76,18 @@ TEST_CASE("swapping an op's outputs costs their copies, or changes nothing") {
     if (swapped.swap_outs == 0) CHECK(swapped.step == recomputed.step);
   }
 }
+
+TEST_CASE("LoRA on the routed experts keeps their swap: the frozen base output is copied for the adapter's recompute") {
+  Plan p;  // qwen3-30b-a3b over 8 H200s, FSDP2 8 + EP8
+  p.ep = 8;
+  p.global_batch = 8;
+  p.seq = 2048;
+  p.mode = "lora";
+  p.lora_targets = R"(["o_proj", "routed_experts"])";
+  p.recompute = "full";
+  p.swap = true;
+  p.swap_ops = R"(["expert_gmm_up"])";
+  const Outcome o = simulate(p);
+  CHECK(o.swap_outs > 0);
+  CHECK(o.ddr > 0);
+}

@@ -77,7 +77,10 @@ void check_report(const StepReport& r, const std::vector<StepResult>& steps) {
   if (r.hfu > 1 + tol) broken += " HFU " + std::to_string(r.hfu) + " > 1;";
   for (const StepResult& st : steps) {
     Picoseconds accounted = st.compute_stream_busy;
-    for (const auto& [cause, t] : st.exposed) accounted += t;
+    for (const auto& [cause, t] : st.exposed) {
+      accounted += t;
+      if (t < 0) broken += " negative exposed time for " + cause + ";";
+    }
     if (accounted != st.step_time) {
       broken += " compute " + std::to_string(st.compute_stream_busy) + " ps + exposed time != step " +
                 std::to_string(st.step_time) + " ps;";

@@ -7,6 +7,7 @@
 
 #include "app/format.hpp"
 #include "core/units.hpp"
+#include "plan/parallel_plan.hpp"
 
 namespace moesim {
 namespace {
@@ -121,8 +122,9 @@ PlanNumbers plan_numbers(const Scenario& s) {
   n.dp = p.dp();
   n.micro_steps = b.global_batch_size / (b.micro_batch_size * n.dp);
   n.tokens_per_step = b.global_batch_size * b.sequence_length;
-  n.experts_per_ep_rank = s.model.moe ? s.model.moe->num_experts / p.ep : 0;
-  n.expert_dp = p.fsdp.shard * p.cp / p.ep;
+  const ParallelPlan plan = build_parallel_plan(s.spec);
+  n.experts_per_ep_rank = s.model.moe ? plan.experts_per_rank(s.model.moe->num_experts) : 0;
+  n.expert_dp = plan.group_size(GroupKind::edp);
   return n;
 }
 

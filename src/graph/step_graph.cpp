@@ -82,11 +82,11 @@ class StepBuilder {
     c_.scenario = &spec_;
     c_.tokens = spec_.batch.micro_batch_size * spec_.batch.sequence_length / p.cp;
     c_.seq_len = spec_.batch.sequence_length;
-    c_.tp = p.tp.degree;
-    c_.cp = p.cp;
-    c_.ep = p.ep;
-    c_.sequence_parallel = p.tp.sequence_parallel && p.tp.degree > 1;
-    c_.experts_per_rank = m_.moe ? m_.moe->num_experts / p.ep : 0;
+    c_.tp = plan.group_size(GroupKind::tp);
+    c_.cp = plan.group_size(GroupKind::cp);
+    c_.ep = plan.group_size(GroupKind::ep);
+    c_.sequence_parallel = p.tp.sequence_parallel && c_.tp > 1;
+    c_.experts_per_rank = m_.moe ? plan.experts_per_rank(m_.moe->num_experts) : 0;
     c_.act = spec_.training.precision.activations;
     c_.compute = spec_.training.precision.compute;
     c_.train_base = spec_.training.mode != TrainingMode::lora;
@@ -187,7 +187,7 @@ class StepBuilder {
     const LayerParams lp = layer_params(m_, layer);
     Unit u;
     u.params = static_cast<double>(lp.non_expert) / static_cast<double>(c_.tp);
-    u.expert_params = static_cast<double>(lp.expert) / static_cast<double>(spec_.parallel.ep * c_.tp);
+    u.expert_params = static_cast<double>(lp.expert) / static_cast<double>(c_.ep * c_.tp);
     if (c_.train_base) {
       u.trainable = u.params;
       u.expert_trainable = u.expert_params;
@@ -707,7 +707,7 @@ StepGraph build_step_graph(const Scenario& s) {
     }
   }
   if (s.model.moe) {
-    g.routing.emplace(s.spec.routing, s.model.moe->num_experts, s.model.moe->top_k, s.spec.parallel.ep,
+    g.routing.emplace(s.spec.routing, s.model.moe->num_experts, s.model.moe->top_k, g.plan.group_size(GroupKind::ep),
                       s.routing_histogram);
   }
   return g;

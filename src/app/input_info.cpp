@@ -150,6 +150,9 @@ std::string scenario_info_text(const Scenario& s) {
   out << "  plan              fsdp shard " << p.fsdp.shard << " x replicate " << p.fsdp.replicate << ", ep " << p.ep
       << " (" << n.experts_per_ep_rank << " experts per rank, expert-dp " << n.expert_dp << "), tp " << p.tp.degree
       << ", pp " << p.pp.stages << " (" << enum_name(p.pp.schedule) << "), cp " << p.cp << "\n";
+  const bool once = resolved_gradient_sync(p.fsdp, p.pp.stages) == GradientSync::last_micro_batch;
+  out << "  data parallel     ZeRO stage " << p.fsdp.zero_stage << ", gradients reduced "
+      << (once ? "once per step" : "every micro-batch") << "\n";
   out << "  recompute         " << enum_name(s.spec.recompute.policy) << "; swap "
       << (s.spec.swap.enabled ? "on" : "off") << "; loss " << enum_name(s.spec.loss.kind) << "\n";
   return out.str();
@@ -172,7 +175,9 @@ std::string scenario_info_json(const Scenario& s) {
   j["parallel"] = {{"fsdp_shard", p.fsdp.shard}, {"fsdp_replicate", p.fsdp.replicate}, {"dp", n.dp},
                    {"ep", p.ep},                 {"expert_dp", n.expert_dp},            {"tp", p.tp.degree},
                    {"pp", p.pp.stages},          {"cp", p.cp},
-                   {"experts_per_ep_rank", n.experts_per_ep_rank}};
+                   {"experts_per_ep_rank", n.experts_per_ep_rank},
+                   {"zero_stage", p.fsdp.zero_stage},
+                   {"gradient_sync", enum_name(resolved_gradient_sync(p.fsdp, p.pp.stages))}};
   j["sweep_axes"] = s.spec.sweep.axes.size();
   return j.dump(2) + "\n";
 }

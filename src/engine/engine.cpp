@@ -12,12 +12,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <functional>
 #include <map>
 #include <optional>
-#include <queue>
-#include <unordered_map>
 
 namespace moesim {
 namespace {

@@ -576,13 +576,11 @@ class StepBuilder {
   Boundary run_unit_backward(ProgramWriter& w, int64_t layer, int64_t micro, const LayerTape& tape, Boundary grad_out,
                              int64_t anchor) {
     EmitScope sc = scope(layer, micro);
-    std::vector<uint32_t> gathered;
-    if (zero_stage_ < 3) {
-      // Full parameters are resident: nothing to gather.
-    } else if (spec_.parallel.fsdp.reshard_after_forward) {
+    std::vector<uint32_t> gathered;  // below ZeRO-3 full parameters are resident: nothing to gather
+    if (zero_stage_ >= 3 && spec_.parallel.fsdp.reshard_after_forward) {
       gather(w, layer, static_cast<int32_t>(micro), Phase::bwd, sc.first_op_deps, gathered, prefetch_anchor_backward(w, layer),
              true);
-    } else {
+    } else if (zero_stage_ >= 3) {
       gathered = held_.at({micro, layer});
       held_.erase({micro, layer});
     }

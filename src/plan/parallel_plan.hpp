@@ -77,7 +77,6 @@ class ParallelPlan {
 
   // Derived numbers of the plan, owned here so that no later stage recomputes them.
   int64_t experts_per_rank(int64_t num_experts) const { return num_experts / shape_.ep; }
-  int64_t data_parallel_size() const { return group_size(GroupKind::dp); }
 
   int64_t num_programs() const { return shape_.pp; }
   int64_t program_of(int64_t rank) const { return coords(rank).pp; }

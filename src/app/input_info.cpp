@@ -148,8 +148,9 @@ std::string scenario_info_text(const Scenario& s) {
       << " tokens = " << format_count(static_cast<double>(n.tokens_per_step)) << " tokens per step, "
       << n.micro_steps << " micro-step(s) of " << s.spec.batch.micro_batch_size << "\n";
   out << "  plan              fsdp shard " << p.fsdp.shard << " x replicate " << p.fsdp.replicate << ", ep " << p.ep
-      << " (" << n.experts_per_ep_rank << " experts per rank, expert-dp " << n.expert_dp << "), tp " << p.tp.degree
-      << ", pp " << p.pp.stages << " (" << enum_name(p.pp.schedule) << "), cp " << p.cp << "\n";
+      << " (" << n.experts_per_ep_rank << " experts per rank, expert-tp " << p.expert_tp() << ", expert-dp "
+      << n.expert_dp << "), tp " << p.tp.degree << ", pp " << p.pp.stages << " (" << enum_name(p.pp.schedule)
+      << "), cp " << p.cp << "\n";
   const bool once = resolved_gradient_sync(p.fsdp, p.pp.stages) == GradientSync::last_micro_batch;
   out << "  data parallel     ZeRO stage " << p.fsdp.zero_stage << ", gradients reduced "
       << (once ? "once per step" : "every micro-batch") << "\n";
@@ -174,6 +175,7 @@ std::string scenario_info_json(const Scenario& s) {
   j["micro_steps"] = n.micro_steps;
   j["parallel"] = {{"fsdp_shard", p.fsdp.shard}, {"fsdp_replicate", p.fsdp.replicate}, {"dp", n.dp},
                    {"ep", p.ep},                 {"expert_dp", n.expert_dp},            {"tp", p.tp.degree},
+                   {"expert_tp", p.expert_tp()},
                    {"pp", p.pp.stages},          {"cp", p.cp},
                    {"experts_per_ep_rank", n.experts_per_ep_rank},
                    {"zero_stage", p.fsdp.zero_stage},

@@ -158,8 +158,8 @@ struct Engine::Impl {
     const auto n = static_cast<size_t>(g.plan.group_size(GroupKind::ep));
     RoutingSample& s = it->second;
     std::vector<int64_t> received(n), kept(n);
-    routing_->sample_group_loads(opt.step, layer, micro, gid, g.tokens_per_micro_batch, received, kept);
-    const double sent = static_cast<double>(g.tokens_per_micro_batch * routing_->top_k());
+    routing_->sample_group_loads(opt.step, layer, micro, gid, g.routed_tokens_per_micro_batch(), received, kept);
+    const double sent = static_cast<double>(g.routed_tokens_per_micro_batch() * routing_->top_k());
     s.received_rows.resize(n);
     for (size_t i = 0; i < n; ++i) {
       s.received_rows[i] = static_cast<double>(received[i]);
@@ -193,7 +193,7 @@ struct Engine::Impl {
   double rows_scale(int32_t slot, const Op& op) {
     if (op.routing_layer < 0 || !routing_ || (op.kind != OpKind::grouped_gemm && op.kind != OpKind::lora_gemm)) return 1.0;
     if (g.plan.group_size(GroupKind::ep) <= 1) return 1.0;
-    const double expected = static_cast<double>(g.tokens_per_micro_batch * routing_->top_k());
+    const double expected = static_cast<double>(g.routed_tokens_per_micro_batch() * routing_->top_k());
     return load_of(op.routing_layer, op.micro, slot).rows / expected;
   }
 
@@ -251,7 +251,7 @@ struct Engine::Impl {
     double bytes = op.comm_bytes;
     if (op.kind == OpKind::all_to_all && routing_ && op.routing_layer >= 0 && gp.size > 1) {
       // All-to-all-v: sized by the busiest member's traffic, in nccl-tests' convention.
-      const double assignments = static_cast<double>(g.tokens_per_micro_batch * routing_->top_k());
+      const double assignments = static_cast<double>(g.routed_tokens_per_micro_batch() * routing_->top_k());
       double worst = 0;
       for (const auto& [s, i] : met) worst = std::max(worst, load_of(op.routing_layer, op.micro, s).wire_assignments);
       bytes = worst * (op.comm_bytes / assignments) * static_cast<double>(gp.size) / static_cast<double>(gp.size - 1);

@@ -527,10 +527,17 @@ MeshShape read_mesh(const Reader& r, const json& node, const Where& where) {
   s.cp = r.integer(o.need("cp"), where.at("cp"), 1, max_degree);
   s.tp = r.integer(o.need("tp"), where.at("tp"), 1, max_degree);
   s.ep = r.integer(o.need("ep"), where.at("ep"), 1, max_degree);
-  o.finish({"pp", "replicate", "shard", "cp", "tp", "ep"});
-  // Expert parallelism is carved out of shard x cp (parallel_plan.hpp).
-  if ((s.shard * s.cp) % s.ep != 0) {
-    r.fail(where.at("ep"), "must divide shard x cp = " + std::to_string(s.shard * s.cp) + ", got " + std::to_string(s.ep));
+  const json* etp = o.find("etp");
+  s.etp = etp ? r.integer(*etp, where.at("etp"), 1, max_degree) : s.tp;
+  o.finish({"pp", "replicate", "shard", "cp", "tp", "ep", "etp"});
+  if (s.tp % s.etp != 0) {
+    r.fail(where.at("etp"), "must divide tp = " + std::to_string(s.tp) + ", got " + std::to_string(s.etp));
+  }
+  // Expert parallelism is carved out of shard x cp x (tp / etp) (parallel_plan.hpp).
+  const int64_t expert_ranks = s.shard * s.cp * (s.tp / s.etp);
+  if (expert_ranks % s.ep != 0) {
+    r.fail(where.at("ep"), "must divide shard x cp x tp / etp = " + std::to_string(expert_ranks) + ", got " +
+                               std::to_string(s.ep));
   }
   const double num_ranks = static_cast<double>(s.pp) * static_cast<double>(s.replicate) * static_cast<double>(s.shard) *
                            static_cast<double>(s.cp) * static_cast<double>(s.tp);
@@ -600,6 +607,10 @@ std::string export_graph_json(const StepGraph& g) {
   w.number(mesh.tp);
   w.raw(", \"ep\": ");
   w.number(mesh.ep);
+  if (mesh.etp != mesh.tp) {  // written only when the experts are folded, so older files read alike
+    w.raw(", \"etp\": ");
+    w.number(mesh.etp);
+  }
   w.raw("},\n  \"num_micro_batches\": ");
   w.number(g.num_micro_batches);
   w.raw(",\n  \"tokens_per_micro_batch\": ");

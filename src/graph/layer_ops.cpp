@@ -26,10 +26,16 @@ int ffn(TapeBuilder& b, const std::string& name, int x, int64_t rows, int64_t w,
   return b.gemm(name + ".down_proj", a, rows, fl, w, lora);
 }
 
-int moe_block(TapeBuilder& b, int x, int64_t layer) {
+// The MoE FFN: router, shared experts and routed experts. Unfolded, the whole block is one TP
+// region (tokens gathered, experts TP-split like the dense layers). Folded (ETP < TP), the shared
+// experts keep the dense TP region while the router and routed experts work on the expert-TP
+// group's tokens, and EP spans the remaining TP ranks (Megatron-Core's MoE parallel folding).
+int moe_block(TapeBuilder& b, int x_in, int64_t layer) {
   const auto& c = b.ctx();
   const auto& m = *c.model->moe;
-  const int64_t t = c.tokens, d = c.model->hidden_size;
+  const bool folded = c.experts_folded();
+  const int x = folded ? b.enter_tp("moe.experts", x_in, b.expert_tp()) : b.enter_tp("ffn", x_in);
+  const int64_t t = c.routed_tokens(), d = c.model->hidden_size;
   const int64_t w = m.latent_size > 0 ? m.latent_size : d;
   const auto rl = static_cast<int32_t>(layer);
   // Router: scores for every expert, top-k with (renormalised) weights.
@@ -59,8 +65,11 @@ int moe_block(TapeBuilder& b, int x, int64_t layer) {
   int shared = -1;
   if (m.num_shared_experts > 0) {
     const int64_t fs = m.shared_intermediate_size > 0 ? m.shared_intermediate_size : m.expert_intermediate_size;
-    shared = ffn(b, "moe.shared_experts", x, t, d, m.num_shared_experts * fs, LoraTarget::shared_experts,
+    const std::string name = "moe.shared_experts";
+    const int xs = folded ? b.enter_tp(name, x_in) : x;
+    shared = ffn(b, name, xs, c.tokens, d, m.num_shared_experts * fs, LoraTarget::shared_experts,
                  SwapTarget::shared_expert_up);
+    if (folded) shared = b.exit_tp(name, shared);
   }
   int xl = x;
   if (m.latent_size > 0) {
@@ -89,7 +98,7 @@ int moe_block(TapeBuilder& b, int x, int64_t layer) {
   const double a2a = bytes_of(assignments * w, c.act);
   const int received = b.communicate(OpKind::all_to_all, GroupKind::ep, "moe.dispatch", dispatched_in,
                                      matrix_desc(assignments, w, c.act), a2a, rl);
-  const int64_t f = m.expert_intermediate_size / c.tp;
+  const int64_t f = m.expert_intermediate_size / c.etp;
   const bool gated = is_gated(c.model->activation);
   const int up = b.grouped_gemm(c.fused.permute_gemm ? "moe.experts.permute_up_proj" : "moe.experts.up_proj", received,
                                 assignments, w, (gated ? 2 : 1) * f, rl, SwapTarget::expert_gmm_up);
@@ -118,16 +127,18 @@ int moe_block(TapeBuilder& b, int x, int64_t layer) {
   if (m.latent_size > 0) {
     y = b.gemm("moe.latent_up_proj", combined, t, m.latent_size, d, LoraTarget::latent_proj);
   }
+  if (folded) y = b.exit_tp("moe.experts", y, b.expert_tp());
   if (shared >= 0) {
-    y = b.pointwise(OpKind::elementwise, "moe.add_shared", {y, shared}, t, d, 1.0, {}, c.act);
+    y = b.pointwise(OpKind::elementwise, "moe.add_shared", {y, shared}, folded ? c.sp_tokens() : t, d, 1.0, {}, c.act);
   }
-  return y;
+  return folded ? y : b.exit_tp("ffn", y);
 }
 
 int dense_ffn_block(TapeBuilder& b, int x) {
   const auto& c = b.ctx();
-  return ffn(b, "ffn", x, c.tokens, c.model->hidden_size, c.model->dense_ffn->intermediate_size, LoraTarget::dense_ffn,
-             SwapTarget::dense_ffn_up);
+  const int y = ffn(b, "ffn", b.enter_tp("ffn", x), c.tokens, c.model->hidden_size,
+                    c.model->dense_ffn->intermediate_size, LoraTarget::dense_ffn, SwapTarget::dense_ffn_up);
+  return b.exit_tp("ffn", y);
 }
 
 // Attention Residuals (block variant): each sub-layer's input is a softmax-weighted sum of the
@@ -182,9 +193,7 @@ LayerTape build_layer_tape(const LayerContext& c, int64_t layer) {
   // FFN sub-layer.
   int h2 = attention_residual(b, "ffn_res", h_mid, layer);
   x = b.norm("ffn_norm", h2, c.sp_tokens(), d);
-  x = b.enter_tp("ffn", x);
   y = kinds.ffn == FfnKind::moe ? moe_block(b, x, layer) : dense_ffn_block(b, x);
-  y = b.exit_tp("ffn", y);
   const int out = b.pointwise(OpKind::elementwise, "ffn_residual_add", {h2, y}, c.sp_tokens(), d, 1.0, {}, c.act);
   tape.set_output(out);
   return tape;

@@ -22,6 +22,8 @@ struct LayerContext {
   int64_t tp = 1;
   int64_t cp = 1;
   int64_t ep = 1;
+  int64_t etp = 1;                        // expert tensor parallelism (= tp unless folded)
+  GroupKind expert_tp_group = GroupKind::tp;  // the group the routed experts' TP collectives use
   bool sequence_parallel = false;
   int64_t experts_per_rank = 0;
   Dtype act = Dtype::bf16;      // activations
@@ -32,6 +34,9 @@ struct LayerContext {
   FusedOpsSpec fused;
 
   int64_t sp_tokens() const { return sequence_parallel && tp > 1 ? tokens / tp : tokens; }
+  bool experts_folded() const { return etp != tp; }
+  // Tokens this rank routes: its TP region's, or under folding its expert-TP group's shards.
+  int64_t routed_tokens() const { return experts_folded() ? sp_tokens() * etp : tokens; }
   bool lora_on(LoraTarget t) const;
 };
 

@@ -85,6 +85,8 @@ class StepBuilder {
     c_.tp = plan.group_size(GroupKind::tp);
     c_.cp = plan.group_size(GroupKind::cp);
     c_.ep = plan.group_size(GroupKind::ep);
+    c_.etp = plan.shape().etp;
+    c_.expert_tp_group = plan.expert_tp_group();
     c_.sequence_parallel = p.tp.sequence_parallel && c_.tp > 1;
     c_.experts_per_rank = m_.moe ? plan.experts_per_rank(m_.moe->num_experts) : 0;
     c_.act = spec_.training.precision.activations;
@@ -187,7 +189,7 @@ class StepBuilder {
     const LayerParams lp = layer_params(m_, layer);
     Unit u;
     u.params = static_cast<double>(lp.non_expert) / static_cast<double>(c_.tp);
-    u.expert_params = static_cast<double>(lp.expert) / static_cast<double>(c_.ep * c_.tp);
+    u.expert_params = static_cast<double>(lp.expert) / static_cast<double>(c_.ep * c_.etp);
     if (c_.train_base) {
       u.trainable = u.params;
       u.expert_trainable = u.expert_params;

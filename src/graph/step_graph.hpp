@@ -27,6 +27,13 @@ struct StepGraph {
   int64_t tokens_per_step = 0;       // global
   int64_t seq_len = 0;
   double allocator_fragmentation = 0;  // an allocator's loss beyond best-fit placement, a fraction of the slab (scenario memory)
+
+  // Tokens each rank routes to its EP group in a micro-batch: its TP region's tokens, or, when the
+  // experts are folded (ETP < TP, sequence parallel), the expert-TP group's sequence shards.
+  int64_t routed_tokens_per_micro_batch() const {
+    const MeshShape& m = plan.shape();
+    return plan.experts_folded() ? tokens_per_micro_batch / m.tp * m.etp : tokens_per_micro_batch;
+  }
 };
 
 StepGraph build_step_graph(const Scenario& scenario);

@@ -86,31 +86,42 @@ class TapeBuilder {
     return y;
   }
 
+  // A tensor-parallel region: the group it spans, its degree, and the rows it works on.
+  struct TpRegion {
+    GroupKind group;
+    int64_t degree;
+    int64_t rows;
+  };
+  TpRegion dense_tp() const { return {GroupKind::tp, c_.tp, c_.tokens}; }
+  TpRegion expert_tp() const { return {c_.expert_tp_group, c_.etp, c_.routed_tokens()}; }
+
   // Enter a TP region: gather the sequence shards (SP), or mark the input gradient for an
   // all-reduce (no SP). `x` is the output of the norm that precedes the region.
-  int enter_tp(const std::string& name, int x) {
-    if (c_.tp == 1) return x;
+  int enter_tp(const std::string& name, int x) { return enter_tp(name, x, dense_tp()); }
+  int enter_tp(const std::string& name, int x, const TpRegion& r) {
+    if (r.degree == 1) return x;
     const int64_t d = c_.model->hidden_size;
     if (c_.sequence_parallel) {
-      return communicate(OpKind::all_gather, GroupKind::tp, name + ".tp_all_gather", x,
-                         matrix_desc(c_.tokens, d, c_.act), bytes_of(c_.tokens * d, c_.act));
+      return communicate(OpKind::all_gather, r.group, name + prefix(r) + "all_gather", x, matrix_desc(r.rows, d, c_.act),
+                         bytes_of(r.rows * d, c_.act));
     }
-    TapeOp& producer = last_producer_of(x);
+    TapeOp& producer = last_producer_of(x);  // no SP: only the dense region (the checker's rule)
     producer.all_reduce_output_grad = true;
-    producer.all_reduce_bytes = bytes_of(c_.tokens * d, c_.act);
+    producer.all_reduce_bytes = bytes_of(r.rows * d, c_.act);
     return x;
   }
 
   // Leave a TP region: reduce-scatter to sequence shards (SP) or all-reduce (no SP).
-  int exit_tp(const std::string& name, int y) {
-    if (c_.tp == 1) return y;
+  int exit_tp(const std::string& name, int y) { return exit_tp(name, y, dense_tp()); }
+  int exit_tp(const std::string& name, int y, const TpRegion& r) {
+    if (r.degree == 1) return y;
     const int64_t d = c_.model->hidden_size;
     if (c_.sequence_parallel) {
-      return communicate(OpKind::reduce_scatter, GroupKind::tp, name + ".tp_reduce_scatter", y,
-                         matrix_desc(c_.sp_tokens(), d, c_.act), bytes_of(c_.tokens * d, c_.act));
+      return communicate(OpKind::reduce_scatter, r.group, name + prefix(r) + "reduce_scatter", y,
+                         matrix_desc(r.rows / r.degree, d, c_.act), bytes_of(r.rows * d, c_.act));
     }
-    return communicate(OpKind::all_reduce, GroupKind::tp, name + ".tp_all_reduce", y, matrix_desc(c_.tokens, d, c_.act),
-                       bytes_of(c_.tokens * d, c_.act));
+    return communicate(OpKind::all_reduce, r.group, name + prefix(r) + "all_reduce", y, matrix_desc(r.rows, d, c_.act),
+                       bytes_of(r.rows * d, c_.act));
   }
 
   LayerTape& tape() { return t_; }
@@ -119,6 +130,8 @@ class TapeBuilder {
   TapeOp& add(TapeOp op) { return t_.add(std::move(op)); }
 
  private:
+  static const char* prefix(const TpRegion& r) { return r.group == GroupKind::tp ? ".tp_" : ".etp_"; }
+
   // A matmul of `rows` x k inputs by `num_matrices` k x n weights (one, or one per expert): the
   // input gradient always, the weight gradient (which reads the input) when trainable.
   TapeOp matmul(OpKind kind, const std::string& name, std::vector<int> inputs, int output, int64_t rows, int64_t k,

@@ -5,9 +5,13 @@
 
 namespace moesim {
 
-ParallelPlan::ParallelPlan(const MeshShape& shape) : shape_(shape) {
+ParallelPlan::ParallelPlan(const MeshShape& mesh) : shape_(mesh) {
+  if (shape_.etp == 0) shape_.etp = shape_.tp;
+  const MeshShape& shape = shape_;
   const int64_t f = shape.shard * shape.cp;
-  assert(shape.ep >= 1 && f % shape.ep == 0);
+  assert(shape.etp >= 1 && shape.tp % shape.etp == 0);
+  const int64_t expert_f = f * (shape.tp / shape.etp);
+  assert(shape.ep >= 1 && expert_f % shape.ep == 0);
   num_ranks_ = shape.pp * shape.replicate * f * shape.tp;
   auto set = [&](GroupKind k, int64_t n) { group_size_[static_cast<size_t>(k)] = n; };
   set(GroupKind::tp, shape.tp);
@@ -15,7 +19,8 @@ ParallelPlan::ParallelPlan(const MeshShape& shape) : shape_(shape) {
   set(GroupKind::fsdp, f);
   set(GroupKind::replicate, shape.replicate);
   set(GroupKind::ep, shape.ep);
-  set(GroupKind::edp, f / shape.ep);
+  set(GroupKind::edp, expert_f / shape.ep);
+  set(GroupKind::etp, shape.etp);
   set(GroupKind::pp, shape.pp);
   set(GroupKind::dp, shape.replicate * shape.shard);
 }
@@ -37,15 +42,22 @@ int64_t ParallelPlan::rank_of(const RankCoords& c) const {
   return (((c.pp * shape_.replicate + c.replicate) * shape_.shard + c.shard) * shape_.cp + c.cp) * shape_.tp + c.tp;
 }
 
-int64_t ParallelPlan::ep_rank(int64_t rank) const {
-  const RankCoords c = coords(rank);
-  return (c.shard * shape_.cp + c.cp) % shape_.ep;
+int64_t ParallelPlan::expert_index(const RankCoords& c) const {
+  return (c.shard * shape_.cp + c.cp) * (shape_.tp / shape_.etp) + c.tp / shape_.etp;
 }
 
-int64_t ParallelPlan::edp_rank(int64_t rank) const {
-  const RankCoords c = coords(rank);
-  return (c.shard * shape_.cp + c.cp) / shape_.ep;
+int64_t ParallelPlan::at_expert_index(RankCoords c, int64_t f) const {
+  const int64_t outer = shape_.tp / shape_.etp;
+  c.tp = (f % outer) * shape_.etp + c.tp % shape_.etp;
+  f /= outer;
+  c.cp = f % shape_.cp;
+  c.shard = f / shape_.cp;
+  return rank_of(c);
 }
+
+int64_t ParallelPlan::ep_rank(int64_t rank) const { return expert_index(coords(rank)) % shape_.ep; }
+
+int64_t ParallelPlan::edp_rank(int64_t rank) const { return expert_index(coords(rank)) / shape_.ep; }
 
 int64_t ParallelPlan::group_rank(int64_t rank, GroupKind kind) const {
   const RankCoords c = coords(rank);
@@ -58,6 +70,7 @@ int64_t ParallelPlan::group_rank(int64_t rank, GroupKind kind) const {
     case GroupKind::edp: return edp_rank(rank);
     case GroupKind::pp: return c.pp;
     case GroupKind::dp: return c.replicate * shape_.shard + c.shard;
+    case GroupKind::etp: return c.tp % shape_.etp;
   }
   return 0;
 }
@@ -74,19 +87,17 @@ int64_t ParallelPlan::member(int64_t rank, GroupKind kind, int64_t index) const 
     case GroupKind::replicate: c.replicate = index; break;
     case GroupKind::ep:
     case GroupKind::edp: {
-      const int64_t f = c.shard * shape_.cp + c.cp;
+      const int64_t f = expert_index(c);
       const int64_t e = f % shape_.ep;
       const int64_t d = f / shape_.ep;
-      const int64_t g = kind == GroupKind::ep ? d * shape_.ep + index : index * shape_.ep + e;
-      c.shard = g / shape_.cp;
-      c.cp = g % shape_.cp;
-      break;
+      return at_expert_index(c, kind == GroupKind::ep ? d * shape_.ep + index : index * shape_.ep + e);
     }
     case GroupKind::pp: c.pp = index; break;
     case GroupKind::dp:
       c.replicate = index / shape_.shard;
       c.shard = index % shape_.shard;
       break;
+    case GroupKind::etp: c.tp = c.tp - c.tp % shape_.etp + index; break;
   }
   return rank_of(c);
 }
@@ -105,7 +116,7 @@ int64_t ParallelPlan::representative(int64_t program) const {
 
 ParallelPlan build_parallel_plan(const ScenarioSpec& s) {
   const auto& p = s.parallel;
-  return ParallelPlan(MeshShape{p.pp.stages, p.fsdp.replicate, p.fsdp.shard, p.cp, p.tp.degree, p.ep});
+  return ParallelPlan(MeshShape{p.pp.stages, p.fsdp.replicate, p.fsdp.shard, p.cp, p.tp.degree, p.ep, p.expert_tp()});
 }
 
 }  // namespace moesim

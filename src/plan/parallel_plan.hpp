@@ -4,16 +4,21 @@
 //
 // Mesh dimensions, outermost first: pp, replicate, shard, cp, tp (TP innermost, so TP groups sit
 // in one node). rank = (((pp * R + replicate) * S + shard) * CP + cp) * TP + tp.
-// Expert parallelism is carved out of the flattened shard x cp dimension f = shard * CP + cp:
+// The experts have a layout of their own (Megatron-Core's "MoE parallel folding"): expert tensor
+// parallelism ETP divides TP, tp = tp_outer * ETP + tp_inner, and expert parallelism is carved out
+// of the flattened dimension f = (shard * CP + cp) * (TP / ETP) + tp_outer:
 //   ep_rank = f % EP (experts split over EP ranks), edp_rank = f / EP (each expert's weights are
 //   FSDP-sharded over the EP ranks that hold the same experts: the expert-data-parallel group).
+// With ETP = TP (the default) f = shard * CP + cp: experts are TP-split like the dense layers and
+// EP spans data-parallel and context-parallel ranks only; with ETP < TP, EP also spans TP ranks.
 // Groups (every rank belongs to exactly one group of each kind):
 //   tp        vary tp                       Megatron TP / SP collectives
+//   etp       vary tp_inner (ETP)           TP / SP collectives of the routed experts
 //   cp        vary cp                       context-parallel KV and state exchange
 //   fsdp      vary shard and cp (S x CP)    FSDP2 all-gather / reduce-scatter of non-expert weights
 //   replicate vary replicate                HSDP gradient all-reduce (plain DP when S = 1)
 //   ep        vary ep_rank (EP)             token dispatch / combine all-to-all
-//   edp       vary edp_rank (S x CP / EP)   FSDP2 of expert weights
+//   edp       vary edp_rank (S x CP x TP / ETP / EP)  FSDP2 of expert weights
 //   pp        vary pp                       pipeline send / receive
 //   dp        vary replicate and shard      ranks that read different data
 // Ranks in different pipeline stages run different programs; all ranks of one stage run the same
@@ -31,8 +36,8 @@
 
 namespace moesim {
 
-enum class GroupKind : uint8_t { tp, cp, fsdp, replicate, ep, edp, pp, dp };
-inline constexpr int kNumGroupKinds = 8;
+enum class GroupKind : uint8_t { tp, cp, fsdp, replicate, ep, edp, pp, dp, etp };
+inline constexpr int kNumGroupKinds = 9;
 
 struct RankCoords {
   int64_t pp = 0;
@@ -51,6 +56,7 @@ struct MeshShape {
   int64_t cp = 1;
   int64_t tp = 1;
   int64_t ep = 1;
+  int64_t etp = 0;  // expert tensor parallelism, a divisor of tp; 0: tp (the plan stores the value)
 };
 
 class ParallelPlan {
@@ -77,6 +83,10 @@ class ParallelPlan {
 
   // Derived numbers of the plan, owned here so that no later stage recomputes them.
   int64_t experts_per_rank(int64_t num_experts) const { return num_experts / shape_.ep; }
+  // Whether the routed experts run in a TP group of their own (ETP < TP; parallel folding).
+  bool experts_folded() const { return shape_.etp != shape_.tp; }
+  // The group the routed experts' TP collectives run in: the dense layers' TP group, or ETP's.
+  GroupKind expert_tp_group() const { return experts_folded() ? GroupKind::etp : GroupKind::tp; }
 
   int64_t num_programs() const { return shape_.pp; }
   int64_t program_of(int64_t rank) const { return coords(rank).pp; }
@@ -84,6 +94,11 @@ class ParallelPlan {
   int64_t representative(int64_t program) const;
 
  private:
+  // The flattened expert dimension f of a rank (see above), and the rank at f with the other
+  // coordinates of `c`.
+  int64_t expert_index(const RankCoords& c) const;
+  int64_t at_expert_index(RankCoords c, int64_t f) const;
+
   MeshShape shape_;
   int64_t num_ranks_ = 1;
   std::array<int64_t, kNumGroupKinds> group_size_{};
@@ -102,6 +117,7 @@ struct EnumNames<GroupKind> {
       {"edp", GroupKind::edp},
       {"pp", GroupKind::pp},
       {"dp", GroupKind::dp},
+      {"etp", GroupKind::etp},
   }};
 };
 

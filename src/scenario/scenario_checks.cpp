@@ -66,9 +66,16 @@ class ScenarioChecker {
                             str(p.tp.degree) + " x pp " + str(p.pp.stages) + "), not num_devices (" +
                             str(spec_.num_devices) + ")");
     }
-    if ((p.fsdp.shard * p.cp) % p.ep != 0) {
-      fail("/parallel/ep", "must divide fsdp.shard x cp (" + str(p.fsdp.shard * p.cp) +
-                               "): experts are split over ranks of the shard group, got " + str(p.ep));
+    if (p.tp.degree % p.expert_tp() != 0) {
+      fail("/parallel/expert_tensor_parallel",
+           "must divide tp.degree (" + str(p.tp.degree) + "), got " + str(p.expert_tensor_parallel));
+    }
+    const int64_t folded = p.tp.degree / p.expert_tp();
+    if ((p.fsdp.shard * p.cp * folded) % p.ep != 0) {
+      fail("/parallel/ep", folded == 1 ? "must divide fsdp.shard x cp (" + str(p.fsdp.shard * p.cp) +
+                                             "): experts are split over ranks of the shard group, got " + str(p.ep)
+                                       : "must divide fsdp.shard x cp x tp / expert_tensor_parallel (" +
+                                             str(p.fsdp.shard * p.cp * folded) + "), got " + str(p.ep));
     }
   }
 
@@ -76,11 +83,25 @@ class ScenarioChecker {
     const int64_t ep = spec_.parallel.ep;
     if (!model_.moe) {
       if (ep != 1) fail("/parallel/ep", model_.name + " has no MoE layers; ep must be 1, got " + str(ep));
+      if (spec_.parallel.expert_tensor_parallel != 0) {
+        fail("/parallel/expert_tensor_parallel", model_.name + " has no MoE layers; leave it out");
+      }
       return;
     }
     if (model_.moe->num_experts % ep != 0) {
       fail("/parallel/ep", "must divide " + model_.name + "'s " + str(model_.moe->num_experts) + " experts, got " +
                                str(ep));
+    }
+    const auto& p = spec_.parallel;
+    const int64_t etp = p.expert_tp();
+    if (model_.moe->expert_intermediate_size % etp != 0) {
+      fail(p.expert_tensor_parallel > 0 ? "/parallel/expert_tensor_parallel" : "/parallel/tp/degree",
+           "must divide " + model_.name + "'s expert width " + str(model_.moe->expert_intermediate_size) + ", got " +
+               str(etp));
+    }
+    // Megatron-Core's rule: tokens reach the folded experts as the sequence-parallel shards.
+    if (etp < p.tp.degree && !p.tp.sequence_parallel) {
+      fail("/parallel/expert_tensor_parallel", "below tp.degree needs /parallel/tp/sequence_parallel");
     }
   }
 

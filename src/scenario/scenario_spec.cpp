@@ -96,9 +96,14 @@ void declare_fields(F& f, ParallelSpec& s) {
   f.optional("fsdp", s.fsdp, FsdpSpec{}, "Fully sharded data parallelism (FSDP2 / HSDP).");
   f.optional("ep", s.ep, int64_t{1},
              "Expert parallel degree; experts are split over EP ranks, each expert's weights FSDP-sharded over the "
-             "remaining (shard x cp / ep) ranks.",
+             "remaining (shard x cp x (tp / expert_tensor_parallel) / ep) ranks.",
              positive());
   f.optional("tp", s.tp, TensorParallelSpec{}, "Tensor parallelism.");
+  f.optional("expert_tensor_parallel", s.expert_tensor_parallel, int64_t{0},
+             "Tensor parallel degree of the routed experts, a divisor of tp.degree (Megatron-Core's "
+             "expert_tensor_parallel_size); below tp.degree, expert parallelism also spans the remaining TP ranks "
+             "(MoE parallel folding). 0: tp.degree.",
+             non_negative());
   f.optional("pp", s.pp, PipelineSpec{}, "Pipeline parallelism.");
   f.optional("cp", s.cp, int64_t{1}, "Context parallel degree (sequence split across ranks).", positive());
 }

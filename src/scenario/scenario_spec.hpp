@@ -137,12 +137,14 @@ std::vector<int64_t> chunk_layer_counts(const PipelineSpec& pp, int64_t num_laye
 
 struct ParallelSpec {
   FsdpSpec fsdp;
-  int64_t ep = 1;  // expert parallel degree, carved out of fsdp.shard x cp
+  int64_t ep = 1;  // expert parallel degree, carved out of fsdp.shard x cp x (tp / expert_tp)
   TensorParallelSpec tp;
+  int64_t expert_tensor_parallel = 0;  // 0: the routed experts are split over tp.degree ranks
   PipelineSpec pp;
   int64_t cp = 1;  // context parallel degree
 
   int64_t dp() const { return fsdp.shard * fsdp.replicate; }
+  int64_t expert_tp() const { return expert_tensor_parallel > 0 ? expert_tensor_parallel : tp.degree; }
 };
 
 struct RecomputeSpec {

@@ -21,6 +21,7 @@ struct Plan {
   int64_t replicate = 1;
   int64_t ep = 1;
   int64_t tp = 1;
+  int64_t etp = 0;  // expert_tensor_parallel; 0: left out (= tp)
   bool sp = true;
   int64_t pp = 1;
   std::string schedule = "1f1b";
@@ -80,7 +81,9 @@ inline Scenario scenario(const Plan& p) {
           std::to_string(p.replicate) + R"(, "zero_stage": )" + std::to_string(p.zero_stage) +
           R"(, "gradient_sync": ")" + p.gradient_sync + R"(", "reshard_after_forward": )" + (p.reshard ? "true" : "false") +
           R"(}, "ep": )" + std::to_string(p.ep) + R"(, "tp": {"degree": )" + std::to_string(p.tp) +
-          R"(, "sequence_parallel": )" + (p.sp ? "true" : "false") + R"(}, "pp": {"stages": )" + std::to_string(p.pp) +
+          R"(, "sequence_parallel": )" + (p.sp ? "true" : "false") + "}" +
+          (p.etp > 0 ? R"(, "expert_tensor_parallel": )" + std::to_string(p.etp) : std::string()) +
+          R"(, "pp": {"stages": )" + std::to_string(p.pp) +
           R"(, "schedule": ")" + p.schedule + R"(", "virtual_stages": )" + std::to_string(p.virtual_stages) +
           R"(, "layers_per_chunk": )" + p.layers_per_chunk + R"(}, "cp": )" + std::to_string(p.cp) + R"(}, "recompute": {"policy": ")" + p.recompute +
           R"("}, "swap": {"enabled": )" + (p.swap ? "true" : "false") + R"(, "ops": )" + (p.swap ? p.swap_ops : "[]") +

@@ -74,3 +74,35 @@ TEST_CASE("EP spans shard and CP ranks: every EP group holds each ep_rank once")
     CHECK(ep_ranks.size() == 8);
   }
 }
+
+TEST_CASE("MoE parallel folding: with ETP < TP, EP spans the TP ranks outside each expert-TP group") {
+  // TP 4 split into ETP 2 x 2; shard 4 -> 8 expert positions per (pp, replicate), EP 4, EDP 2.
+  const ParallelPlan plan(MeshShape{1, 2, 4, 1, 4, 4, 2});
+  check_partition(plan);
+  CHECK(plan.experts_folded());
+  CHECK(plan.expert_tp_group() == GroupKind::etp);
+  CHECK(plan.group_size(GroupKind::etp) == 2);
+  CHECK(plan.group_size(GroupKind::edp) == 2);
+  // Ranks 0 and 1 are one expert-TP pair; 2 and 3 are the next EP rank of the same shard.
+  CHECK(plan.members(0, GroupKind::etp) == std::vector<int64_t>{0, 1});
+  CHECK(plan.members(0, GroupKind::ep) == std::vector<int64_t>{0, 2, 4, 6});
+  CHECK(plan.members(1, GroupKind::ep) == std::vector<int64_t>{1, 3, 5, 7});
+  CHECK(plan.members(0, GroupKind::edp) == std::vector<int64_t>{0, 8});
+  for (int64_t r = 0; r < plan.num_ranks(); ++r) {
+    for (int64_t m : plan.members(r, GroupKind::ep)) {
+      CHECK(plan.coords(m).tp % 2 == plan.coords(r).tp % 2);  // same expert-TP slice
+      CHECK(plan.coords(m).replicate == plan.coords(r).replicate);
+    }
+  }
+  // ETP = TP is today's layout: EP inside shard x cp, the experts' TP group is TP.
+  const ParallelPlan unfolded(MeshShape{1, 2, 4, 1, 4, 4});
+  CHECK_FALSE(unfolded.experts_folded());
+  CHECK(unfolded.expert_tp_group() == GroupKind::tp);
+  CHECK(unfolded.members(0, GroupKind::ep) == std::vector<int64_t>{0, 4, 8, 12});
+  CHECK(unfolded.members(0, GroupKind::etp) == unfolded.members(0, GroupKind::tp));
+  // ETP 1: every TP rank is its own EP position.
+  const ParallelPlan etp1(MeshShape{1, 1, 2, 1, 4, 8, 1});
+  check_partition(etp1);
+  CHECK(etp1.members(5, GroupKind::ep) == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
+  CHECK(etp1.group_size(GroupKind::edp) == 1);
+}

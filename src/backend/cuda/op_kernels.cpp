@@ -35,7 +35,7 @@ RoutingPlan build_routing_plan(const StepGraph& g, int64_t rank, int64_t step) {
   const RoutingSampler& rs = *g.routing;
   const int64_t ep = g.plan.group_size(GroupKind::ep);
   const int64_t me = g.plan.group_rank(rank, GroupKind::ep);
-  const int64_t t = g.tokens_per_micro_batch;
+  const int64_t t = g.routed_tokens_per_micro_batch();
   const int64_t local = rs.experts_per_rank();
   for (const Program& p : g.programs) {
     for (const Op& op : p.ops) {
@@ -414,7 +414,7 @@ class Launcher {
   // Token order -> expert order (forward permute, or the unpermute's backward).
   void permute() {
     const auto& moe = *model().moe;
-    const int64_t t = e_.graph->tokens_per_micro_batch, k = moe.top_k;
+    const int64_t t = e_.graph->routed_tokens_per_micro_batch(), k = moe.top_k;
     const TensorDesc& big = p_.outputs(op_).front();  // [assignments, cols] in expert order
     const int64_t cols = cols_of(big);
     auto* x = in<uint16_t>(t * cols);
@@ -425,7 +425,7 @@ class Launcher {
   // Expert order -> token order with the combine weights (forward), or the permute's backward.
   void unpermute() {
     const auto& moe = *model().moe;
-    const int64_t t = e_.graph->tokens_per_micro_batch, k = moe.top_k;
+    const int64_t t = e_.graph->routed_tokens_per_micro_batch(), k = moe.top_k;
     const TensorDesc& small = p_.outputs(op_).front();  // [tokens, cols] in token order
     const int64_t cols = cols_of(small);
     auto* yp = in<uint16_t>(t * k * cols);
@@ -677,7 +677,7 @@ class Launcher {
       if (it != e_.routing->end()) r = &it->second;
     }
     if (r) {
-      const double assignments = static_cast<double>(e_.graph->tokens_per_micro_batch * model().moe->top_k);
+      const double assignments = static_cast<double>(e_.graph->routed_tokens_per_micro_batch() * model().moe->top_k);
       const auto row_bytes = static_cast<int64_t>(op_.comm_bytes / assignments);
       const bool fwd_dir = dispatch_direction();
       for (size_t q = 0; q < send_bytes.size(); ++q) {

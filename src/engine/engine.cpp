@@ -146,7 +146,8 @@ struct Engine::Impl {
     RankMemoryLedger& m = memory[static_cast<size_t>(slot)];
     m.apply(program_of(slot), op, op_index, at_start, t);
     if (opt.record_timeline && rank_of_slot(slot) < opt.record_memory_ranks) {
-      result.timeline.memory.push_back(MemorySample{rank_of_slot(slot), t, m.hbm_bytes(), m.ddr_bytes()});
+      result.timeline.memory.push_back(MemorySample{rank_of_slot(slot), t, m.hbm_bytes(), m.ddr_bytes(),
+                                                    m.reserved_hbm_bytes(g.allocator_fragmentation)});
     }
   }
 
@@ -529,6 +530,17 @@ struct Engine::Impl {
     }
     std::vector<RankMemory> slot_memory;
     for (RankMemoryLedger& m : memory) slot_memory.push_back(m.finish(g.allocator_fragmentation));
+    if (opt.record_timeline) {
+      // The allocator places an instant's tensors once the instant is complete: a last sample
+      // at the end carries the reserve the report shows as the peak.
+      for (int32_t s = 0; s < num_slots; ++s) {
+        if (rank_of_slot(s) >= opt.record_memory_ranks) continue;
+        const RankMemory& m = slot_memory[static_cast<size_t>(s)];
+        result.timeline.memory.push_back(MemorySample{rank_of_slot(s), slot_end[static_cast<size_t>(s)],
+                                                      m.final_hbm_bytes, memory[static_cast<size_t>(s)].ddr_bytes(),
+                                                      m.peak_hbm_bytes});
+      }
+    }
     // Every rank gets its slot's results.
     result.rank_end.resize(static_cast<size_t>(num_ranks));
     result.memory.resize(static_cast<size_t>(num_ranks));
@@ -536,9 +548,11 @@ struct Engine::Impl {
       result.rank_end[static_cast<size_t>(r)] = slot_end[static_cast<size_t>(slot_of(r))];
       result.memory[static_cast<size_t>(r)] = slot_memory[static_cast<size_t>(slot_of(r))];
     }
+    // The breakdown is the rank that ends the step; of several, the lowest-numbered.
     int32_t slowest = 0;
-    for (int32_t s = 0; s < num_slots; ++s) {
-      if (slot_end[static_cast<size_t>(s)] > slot_end[static_cast<size_t>(slowest)]) slowest = s;
+    for (int32_t s = 1; s < num_slots; ++s) {
+      const Picoseconds end = slot_end[static_cast<size_t>(s)], best = slot_end[static_cast<size_t>(slowest)];
+      if (end > best || (end == best && rank_of_slot(s) < rank_of_slot(slowest))) slowest = s;
     }
     result.slowest_rank = rank_of_slot(slowest);
     result.step_time = slot_end[static_cast<size_t>(slowest)];

@@ -82,7 +82,8 @@ struct StepResult {
   int64_t max_min_checks = 0;         // with EngineOptions::check_max_min
   int64_t max_min_violations = 0;
   int32_t slowest_rank = 0;
-  // The slowest rank's busy time per queue and op kind (ps).
+  // The busy time per queue and op kind (ps) of slowest_rank: the rank that ends the step, the
+  // lowest-numbered of several (all breakdowns below are of this rank).
   std::vector<std::pair<OpKind, Picoseconds>> compute_busy;  // by kind
   std::vector<std::pair<OpKind, Picoseconds>> comm_busy;     // by kind, summed over the rank's queues
   // The slowest rank's compute stream, split: time running compute kernels, and every other

@@ -26,8 +26,9 @@ struct ExecRecord {
 struct MemorySample {
   int32_t rank = 0;
   Picoseconds time = 0;
-  double hbm_bytes = 0;  // persistent state included
+  double hbm_bytes = 0;           // live: persistent state and the tensors alive now
   double ddr_bytes = 0;
+  double hbm_reserved_bytes = 0;  // what the allocator holds (RankMemoryLedger::reserved_hbm_bytes)
 };
 
 struct Timeline {

@@ -82,14 +82,19 @@ std::string RankMemoryLedger::describe(const Pending& x, const std::string& what
   return "buffer '" + p.names[p.buffers[x.buffer].name] + "' " + what + " op '" + p.name_of(p.ops[x.op]) + "'";
 }
 
+double RankMemoryLedger::reserved_hbm_bytes(double fragmentation) const {
+  const auto slab = static_cast<double>(slab_.high_water());
+  const double transient_peak = m_.peak_hbm_bytes - m_.persistent_bytes;
+  return m_.persistent_bytes + std::max(slab, transient_peak) + fragmentation * slab;
+}
+
 RankMemory RankMemoryLedger::finish(double fragmentation) {
   place_pending();
   RankMemory m = m_;
   m.final_hbm_bytes = hbm_;
   m.slab_bytes = static_cast<double>(slab_.high_water());
-  const double transient_at_peak = m.peak_hbm_bytes - m.persistent_bytes;
-  m.allocator_reserve_bytes = std::max(0.0, m.slab_bytes - transient_at_peak) + fragmentation * m.slab_bytes;
-  m.peak_hbm_bytes += m.allocator_reserve_bytes;
+  m.peak_hbm_bytes = reserved_hbm_bytes(fragmentation);
+  m.allocator_reserve_bytes = m.peak_hbm_bytes - m_.peak_hbm_bytes;
   return m;
 }
 

@@ -50,6 +50,10 @@ class RankMemoryLedger {
 
   double hbm_bytes() const { return hbm_; }
   double ddr_bytes() const { return ddr_; }
+  // What the allocator holds so far: persistent state, the slab's high water (at least the live
+  // transient tensors' peak) and `fragmentation` x the slab. At the step's end it is the peak
+  // the report shows; the memory timeline shows it beside the live bytes.
+  double reserved_hbm_bytes(double fragmentation) const;
   // The step's summary; `fragmentation` is what an allocator loses beyond the slab's placement,
   // as a fraction of the slab.
   RankMemory finish(double fragmentation);

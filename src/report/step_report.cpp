@@ -169,6 +169,7 @@ StepReport make_step_report(const Scenario& s, const StepGraph& g, const GraphSt
   }
   r.compute_s.assign(compute.begin(), compute.end());
   for (const auto& [kind, t] : first.comm_busy) r.communication_s.emplace_back(std::string(enum_name(kind)), ps_to_s(t));
+  r.breakdown_rank = first.slowest_rank;
   r.compute_stream_s = ps_to_s(first.compute_stream_busy);
   for (const auto& [cause, t] : first.exposed) r.exposed_s.emplace_back(cause, ps_to_s(t));
   for (const auto& [name, t] : first.top_ops) r.top_ops_s.emplace_back(name, ps_to_s(t));
@@ -209,7 +210,7 @@ std::string step_report_text(const StepReport& r) {
         << format_quantity(r.memory_at_peak[i].second, Dimension::bytes);
   }
   out << "\n";
-  out << "  breakdown (slowest rank):\n";
+  out << "  breakdown (rank " << r.breakdown_rank << ", which ends the step):\n";
   for (const auto& [name, t] : r.compute_s) {
     std::snprintf(line, sizeof line, "    compute %-22s %9.3f s\n", name.c_str(), t);
     out << line;
@@ -282,6 +283,7 @@ std::string step_report_json(const StepReport& r) {
     exposed_total += t;
   }
   breakdown["exposed_total"] = exposed_total;
+  breakdown["rank"] = r.breakdown_rank;
   j["breakdown_s"] = breakdown;
   auto ops = [](const std::vector<std::pair<std::string, double>>& v) {
     nlohmann::json a = nlohmann::json::array();

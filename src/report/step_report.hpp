@@ -53,7 +53,8 @@ struct StepReport {
   int32_t peak_rank = 0;
   std::string peak_op;
   double peak_time_s = 0;
-  // Breakdown of the slowest rank in the first sampled step.
+  // Breakdown of the rank that ends the first sampled step (the lowest-numbered of several).
+  int32_t breakdown_rank = 0;
   std::vector<std::pair<std::string, double>> compute_s;        // by category
   std::vector<std::pair<std::string, double>> communication_s;  // busy time by collective kind
   double swap_s = 0;                  // copy-stream busy time

@@ -300,6 +300,8 @@ std::string chrome_trace_json(const StepGraph& graph, const Timeline& timeline, 
     append_double(out, s.hbm_bytes / 1e9, std::chars_format::general, "hbm_bytes");
     out += ",\"ddr_GB\":";
     append_double(out, s.ddr_bytes / 1e9, std::chars_format::general, "ddr_bytes");
+    out += ",\"hbm_reserved_GB\":";
+    append_double(out, s.hbm_reserved_bytes / 1e9, std::chars_format::general, "hbm_reserved_bytes");
     out += "}}";
   }
 
@@ -318,7 +320,7 @@ std::string chrome_trace_json(const StepGraph& graph, const Timeline& timeline, 
 std::string memory_csv(const Timeline& timeline) {
   std::string out;
   out.reserve(timeline.memory.size() * 64 + 64);
-  out += "rank,time_s,hbm_bytes,ddr_bytes\n";
+  out += "rank,time_s,hbm_bytes,ddr_bytes,hbm_reserved_bytes\n";
   for (const MemorySample& s : timeline.memory) {
     append_int(out, s.rank);
     out += ',';
@@ -327,6 +329,8 @@ std::string memory_csv(const Timeline& timeline) {
     append_double(out, s.hbm_bytes, std::chars_format::fixed, "hbm_bytes");
     out += ',';
     append_double(out, s.ddr_bytes, std::chars_format::fixed, "ddr_bytes");
+    out += ',';
+    append_double(out, s.hbm_reserved_bytes, std::chars_format::fixed, "hbm_reserved_bytes");
     out += '\n';
   }
   return out;

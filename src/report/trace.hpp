@@ -10,8 +10,9 @@
 //     {phase, layer, micro, flops, bytes, group}; bytes is HBM traffic (read + written) for
 //     kernels and comm_bytes (nccl-tests size, p2p or copied bytes) for communication and host
 //     copies; group is written for communication ops (collectives and send / recv);
-//   - one counter event ("ph":"C", name "memory") per MemorySample, args {hbm_GB, ddr_GB}
-//     (GB = 1e9 bytes).
+//   - one counter event ("ph":"C", name "memory") per MemorySample, args {hbm_GB, ddr_GB,
+//     hbm_reserved_GB} (GB = 1e9 bytes): live bytes, and what the allocator holds (the report's
+//     peak is the largest hbm_reserved).
 // ts and dur are microseconds written exactly from integer picoseconds (1234567 ps -> 1.234567),
 // trailing zeros dropped. Caveat: Perfetto keeps nanoseconds, so sub-nanosecond durations show as 0.
 //
@@ -37,7 +38,7 @@ struct TraceOptions {
 
 std::string chrome_trace_json(const StepGraph& graph, const Timeline& timeline, const TraceOptions& options = {});
 
-// "rank,time_s,hbm_bytes,ddr_bytes", then one line per MemorySample in timeline order; time_s is
+// "rank,time_s,hbm_bytes,ddr_bytes,hbm_reserved_bytes", then one line per MemorySample in timeline order; time_s is
 // exact (picoseconds as a decimal), bytes are the shortest decimal that reads back the same double.
 std::string memory_csv(const Timeline& timeline);
 

@@ -68,7 +68,7 @@ with tempfile.TemporaryDirectory() as tmp:
         events = json.load(f)["traceEvents"]
     expect("trace has ops", sum(1 for e in events if e.get("ph") == "X") > 1000)
     with open(mem) as f:
-        expect("memory csv", f.readline().startswith("rank,time_s,hbm_bytes,ddr_bytes"))
+        expect("memory csv", f.readline().startswith("rank,time_s,hbm_bytes,ddr_bytes,hbm_reserved_bytes"))
     # Exposed time by cause adds up with the compute stream to the step.
     parts = s1["memory_at_peak_bytes"]
     expect("memory at peak adds up", abs(sum(parts.values()) - s1["peak_hbm_bytes"]) < 1e-9 * s1["peak_hbm_bytes"], str(parts))

@@ -344,3 +344,54 @@ TEST_CASE("FSDP prefetch: 0 gathers a unit only when it is reached, exposing its
   CHECK(none_step > one_step);
   CHECK(none_exposed > one_exposed);
 }
+
+TEST_CASE("the breakdown is the rank that ends the step (the lowest-numbered of several), exact and non-negative") {
+  Plan p;  // skewed routing: EP ranks carry different loads
+  p.ep = 8;
+  p.global_batch = 16;
+  p.seq = 2048;
+  p.routing = R"({"distribution": "skewed", "skew": 1.2})";
+  const Scenario s = test::scenario(p);
+  const StepGraph g = build_step_graph(s);
+  const CostModel cost(s.hardware);
+  for (const bool distinct : {false, true}) {
+    CAPTURE(distinct);
+    EngineOptions o;
+    o.distinct_ranks = distinct;
+    const StepResult r = Engine(g, cost).run(o);
+    CHECK(r.rank_end[static_cast<size_t>(r.slowest_rank)] == r.step_time);
+    for (int32_t rank = 0; rank < r.slowest_rank; ++rank) CHECK(r.rank_end[static_cast<size_t>(rank)] < r.step_time);
+    Picoseconds total = r.compute_stream_busy;
+    for (const auto& [cause, t] : r.exposed) {
+      CAPTURE(cause);
+      CHECK(t >= 0);
+      total += t;
+    }
+    CHECK(total == r.step_time);
+  }
+}
+
+TEST_CASE("the memory timeline's reserved bytes peak at the report's peak HBM, live bytes at the live peak") {
+  Plan p;
+  p.ep = 8;
+  p.global_batch = 16;
+  p.seq = 2048;
+  p.allocator_fragmentation = 0.05;
+  const Scenario s = test::scenario(p);
+  const StepGraph g = build_step_graph(s);
+  const CostModel cost(s.hardware);
+  EngineOptions o;
+  o.record_timeline = true;
+  const StepResult r = Engine(g, cost).run(o);
+  double reserved = 0, live = 0;
+  for (const MemorySample& m : r.timeline.memory) {
+    REQUIRE(m.rank == 0);
+    CHECK(m.hbm_reserved_bytes >= m.hbm_bytes);
+    reserved = std::max(reserved, m.hbm_reserved_bytes);
+    live = std::max(live, m.hbm_bytes);
+  }
+  const RankMemory& m = r.memory[0];
+  CHECK(m.allocator_reserve_bytes > 0);
+  CHECK(reserved == m.peak_hbm_bytes);
+  CHECK(live == doctest::Approx(m.peak_hbm_bytes - m.allocator_reserve_bytes).epsilon(1e-12));
+}

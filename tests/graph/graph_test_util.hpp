@@ -38,6 +38,8 @@ struct Plan {
   int64_t zero_stage = 3;
   std::string gradient_sync = "auto";
   std::string layers_per_chunk = "[]";
+  std::string routing = "{}";
+  double allocator_fragmentation = 0;
 };
 
 // The default scenario's plan at test size: LoRA on Kimi K3 (DSA) over one 128-device supernode,
@@ -88,7 +90,8 @@ inline Scenario scenario(const Plan& p) {
           R"(, "layers_per_chunk": )" + p.layers_per_chunk + R"(}, "cp": )" + std::to_string(p.cp) + R"(}, "recompute": {"policy": ")" + p.recompute +
           R"("}, "swap": {"enabled": )" + (p.swap ? "true" : "false") + R"(, "ops": )" + (p.swap ? p.swap_ops : "[]") +
           R"(}, "loss": )" + p.loss + R"(, "fused_ops": )" + p.fused + R"(, "overlap": {"comm_compute": )" +
-          (p.overlap ? "true" : "false") + "}}";
+          (p.overlap ? "true" : "false") + R"(}, "routing": )" + p.routing +
+          R"(, "memory": {"allocator_fragmentation": )" + std::to_string(p.allocator_fragmentation) + "}}";
   return load_scenario(InputText{"t.json", text, false});
 }
 

@@ -259,15 +259,15 @@ TEST_CASE("trace: records that do not fit the graph are rejected") {
 TEST_CASE("memory CSV: header, then one exact line per sample") {
   const Fixture f = make_fixture();
   Timeline t = f.timeline;
-  t.memory.push_back({7, 1, 123456789.25, 8.5e10});
+  t.memory.push_back({7, 1, 123456789.25, 8.5e10, 2e11});
   CHECK(memory_csv(t) ==
-        "rank,time_s,hbm_bytes,ddr_bytes\n"
-        "0,0,1500000000,0\n"
-        "0,0.000001234567,2250000000,500000000\n"
-        "1,0,1500000000,0\n"
-        "1,0.000001500001,3000000000,1\n"
-        "7,0.000000000001,123456789.25,85000000000\n");
-  CHECK(memory_csv(Timeline{}) == "rank,time_s,hbm_bytes,ddr_bytes\n");
+        "rank,time_s,hbm_bytes,ddr_bytes,hbm_reserved_bytes\n"
+        "0,0,1500000000,0,0\n"
+        "0,0.000001234567,2250000000,500000000,0\n"
+        "1,0,1500000000,0,0\n"
+        "1,0.000001500001,3000000000,1,0\n"
+        "7,0.000000000001,123456789.25,85000000000,200000000000\n");
+  CHECK(memory_csv(Timeline{}) == "rank,time_s,hbm_bytes,ddr_bytes,hbm_reserved_bytes\n");
 }
 
 TEST_CASE("trace: a million records") {

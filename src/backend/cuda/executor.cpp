@@ -79,15 +79,18 @@ std::vector<MemorySample> replay_memory(const Program& p, int32_t rank, double p
   std::stable_sort(changes.begin(), changes.end(),
                    [](const Change& a, const Change& b) { return std::tie(a.time, a.order) < std::tie(b.time, b.order); });
   std::vector<MemorySample> out;
-  double hbm = persistent_bytes, ddr = 0;
+  // Reserved: a caching allocator holds at least the live peak so far (no placement is replayed).
+  double hbm = persistent_bytes, ddr = 0, reserved = persistent_bytes;
   for (const Change& c : changes) {
     hbm += c.hbm;
     ddr += c.ddr;
+    reserved = std::max(reserved, hbm);
     if (!out.empty() && out.back().time == c.time) {
       out.back().hbm_bytes = hbm;
       out.back().ddr_bytes = ddr;
+      out.back().hbm_reserved_bytes = reserved;
     } else {
-      out.push_back(MemorySample{rank, c.time, hbm, ddr});
+      out.push_back(MemorySample{rank, c.time, hbm, ddr, reserved});
     }
   }
   return out;

@@ -13,6 +13,7 @@
 #include "app/graph_commands.hpp"
 #include "app/input_info.hpp"
 #include "core/output_file.hpp"
+#include "graph/graph_checks.hpp"
 #include "graph/graph_json.hpp"
 #include "report/step_report.hpp"
 #include "report/trace.hpp"
@@ -49,6 +50,38 @@ struct Options {
 
 void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
 
+// An exported (possibly edited) graph to simulate on scenario `s`'s machine: it must be of the
+// same mesh, so that the scenario's ranks, groups and placement are the graph's.
+moesim::StepGraph imported_graph_for(const std::string& file, const moesim::Scenario& s) {
+  using namespace moesim;
+  if (!std::filesystem::is_regular_file(file)) throw InputError("--graph", "", "no such file '" + file + "'");
+  const InputText input = read_input(file, "graphs", "--graph");
+  StepGraph graph = import_graph_json(input.text, input.name);
+  const MeshShape& g = graph.plan.shape();
+  const ParallelPlan plan = build_parallel_plan(s.spec);
+  const MeshShape& want = plan.shape();
+  if (!(g == want)) {
+    auto str = [](const MeshShape& m) {
+      return "pp " + std::to_string(m.pp) + ", replicate " + std::to_string(m.replicate) + ", shard " +
+             std::to_string(m.shard) + ", cp " + std::to_string(m.cp) + ", tp " + std::to_string(m.tp) + ", ep " +
+             std::to_string(m.ep) + ", etp " + std::to_string(m.etp);
+    };
+    throw InputError(input.name, "/mesh", "is " + str(g) + "; scenario " + s.spec.name + " plans " + str(want));
+  }
+  // An edited graph must still be one a step can run: the semantic checks the reader leaves out.
+  auto refuse = [&](const std::vector<std::string>& errors) {
+    if (!errors.empty()) throw InputError(input.name, "/programs", errors.front());
+  };
+  for (const Program& p : graph.programs) {
+    refuse(check_acyclic(p));
+    refuse(check_memory_balance(p));
+    refuse(check_memory_order(p));
+  }
+  refuse(check_p2p_matching(graph));
+  refuse(check_collective_order(graph));
+  return graph;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -66,6 +99,10 @@ int main(int argc, char** argv) {
   simulate->add_option("--memory-csv", opt.memory_csv, "Write rank 0's memory over time (first sampled step)");
   simulate->add_option("--steps", opt.steps, "Sampled steps (default: the scenario's routing.num_sampled_steps)")
       ->check(CLI::Range(int64_t{1}, int64_t{1000}));
+  simulate->add_option("--graph", opt.graph_file,
+                       "Simulate this op graph (written by `moesim graph export`, possibly edited) instead of the "
+                       "scenario's own; the scenario gives the machine and the model, and its plan must match the "
+                       "graph's mesh");
   simulate->add_flag("--distinct-ranks", opt.distinct_ranks,
                      "Simulate one representative per class of interchangeable ranks (exact for equal loads; "
                      "with sampled routing each class runs its slowest member's loads)");
@@ -159,7 +196,7 @@ int main(int argc, char** argv) {
       const std::string ref = opt.scenario.empty() ? std::string(kDefaultScenario) : opt.scenario;
       const Scenario s = load_scenario(read_input(ref, "scenarios", "SCENARIO"));
       const auto start = std::chrono::steady_clock::now();
-      const StepGraph graph = build_step_graph(s);
+      const StepGraph graph = opt.graph_file.empty() ? build_step_graph(s) : imported_graph_for(opt.graph_file, s);
       const GraphStats stats = compute_stats(graph);
       const CostModel cost(s.hardware);
       Engine engine(graph, cost);
@@ -171,7 +208,13 @@ int main(int argc, char** argv) {
       for (int64_t step = 0; step < steps; ++step) {
         eo.step = step;
         eo.record_timeline = step == 0 && (!opt.trace.empty() || !opt.memory_csv.empty());
-        results.push_back(engine.run(eo));
+        try {
+          results.push_back(engine.run(eo));
+        } catch (const SimulationError& e) {
+          // A graph the user edited may deadlock: that is their input, not our internal error.
+          if (opt.graph_file.empty()) throw;
+          throw InputError("--graph", "", e.what());
+        }
       }
       const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (!opt.trace.empty()) {

@@ -57,6 +57,8 @@ struct MeshShape {
   int64_t tp = 1;
   int64_t ep = 1;
   int64_t etp = 0;  // expert tensor parallelism, a divisor of tp; 0: tp (the plan stores the value)
+
+  friend bool operator==(const MeshShape&, const MeshShape&) = default;
 };
 
 class ParallelPlan {

@@ -118,6 +118,40 @@ with tempfile.TemporaryDirectory() as tmp:
     expect("graph export unwritable", r.returncode == 2 and r.stderr.startswith("--output: cannot write"), r.stderr)
     expect("graph export leaves nothing", os.listdir(tmp) == ["g.json"], str(os.listdir(tmp)))
 
+# simulate --graph: an exported graph simulates to the same step; an edited one to its own; a graph
+# of another mesh is refused (exit 2) naming the file and /mesh.
+with tempfile.TemporaryDirectory() as tmp:
+    scenario = "scenarios/calibration/k3-slice-2gpu.json"
+    out = os.path.join(tmp, "g.json")
+    run("graph", "export", scenario, "-o", out)
+    built = run("simulate", scenario, "--json")
+    again = run("simulate", scenario, "--graph", out, "--json")
+    expect("simulate --graph", again.returncode == 0, again.stderr)
+    if again.returncode == 0:
+        expect("simulate --graph same step", json.loads(again.stdout)["step_time_s"] == json.loads(built.stdout)["step_time_s"])
+    with open(out) as f:
+        g = json.load(f)
+    for p in g["programs"]:
+        for op in p["ops"]:
+            if op["kind"] == "gemm":
+                op["flops"] *= 4
+    edited = os.path.join(tmp, "edited.json")
+    with open(edited, "w") as f:
+        json.dump(g, f)
+    slower = run("simulate", scenario, "--graph", edited, "--json")
+    expect("simulate --graph edited", slower.returncode == 0 and
+           json.loads(slower.stdout)["step_time_s"] > json.loads(built.stdout)["step_time_s"], slower.stderr)
+    for p in g["programs"]:  # a buffer allocated and never freed
+        p["ops"][-1].setdefault("effects", []).append([0, "alloc"])
+    with open(edited, "w") as f:
+        json.dump(g, f)
+    r = run("simulate", scenario, "--graph", edited)
+    expect("simulate --graph unbalanced", r.returncode == 2 and "edited.json: /programs" in r.stderr, r.stderr)
+    r = run("simulate", "scenarios/calibration/k3-slice-1gpu.json", "--graph", out)
+    expect("simulate --graph other mesh", r.returncode == 2 and "/mesh" in r.stderr and r.stdout == "", r.stderr)
+    r = run("simulate", scenario, "--graph", os.path.join(tmp, "none.json"))
+    expect("simulate --graph missing", r.returncode == 2 and r.stderr.startswith("--graph"), r.stderr)
+
 # Bad input: exit code 2, a message naming the file and JSON path, nothing on stdout.
 with open("tests/data/bad/cases.json") as f:
     cases = json.load(f)

@@ -97,9 +97,22 @@ void check_report(const StepReport& r, const std::vector<StepResult>& steps) {
 
 }  // namespace
 
+// Inputs a scenario states that no op of the step reflects: said in every report, never silent.
+std::vector<std::string> not_modelled(const Scenario& s) {
+  std::vector<std::string> out;
+  if (s.model.vision) {
+    out.push_back("the vision encoder: the step is text only, without its ops or its weights in memory");
+  }
+  if (s.model.moe && s.spec.parallel.ep > 1 && s.spec.overlap.moe_local_first) {
+    out.push_back("overlap.moe_local_first: experts wait for the whole dispatch all-to-all");
+  }
+  return out;
+}
+
 StepReport make_step_report(const Scenario& s, const StepGraph& g, const GraphStats& stats,
                             const std::vector<StepResult>& steps, double sim_wall_s) {
   StepReport r;
+  r.not_modelled = not_modelled(s);
   r.scenario = s.spec.name;
   r.model = s.model.name;
   r.hardware = s.hardware.name;
@@ -233,6 +246,7 @@ std::string step_report_text(const StepReport& r) {
     std::snprintf(line, sizeof line, "    %-52s %9.3f s\n", name.c_str(), t);
     out << line;
   }
+  for (const std::string& what : r.not_modelled) out << "  not modelled      " << what << "\n";
   std::snprintf(line, sizeof line, "  simulated in      %.3f s (%lld events, %lld of %lld ranks simulated)\n", r.sim_wall_s,
                 static_cast<long long>(r.num_events), static_cast<long long>(r.num_simulated_ranks),
                 static_cast<long long>(r.num_devices));
@@ -292,6 +306,7 @@ std::string step_report_json(const StepReport& r) {
   };
   j["critical_path"] = ops(r.critical_path_s);
   j["critical_path_length"] = r.critical_path_length;
+  j["not_modelled"] = r.not_modelled;
   j["busiest_ops"] = ops(r.top_ops_s);
   j["sim_wall_s"] = r.sim_wall_s;
   j["num_events"] = r.num_events;

@@ -53,6 +53,8 @@ struct StepReport {
   int32_t peak_rank = 0;
   std::string peak_op;
   double peak_time_s = 0;
+  // What this scenario asks for that the step does not model, one sentence each.
+  std::vector<std::string> not_modelled;
   // Breakdown of the rank that ends the first sampled step (the lowest-numbered of several).
   int32_t breakdown_rank = 0;
   std::vector<std::pair<std::string, double>> compute_s;        // by category

@@ -18,7 +18,7 @@ int flash_attention(TapeBuilder& b, const std::string& name, std::vector<int> qk
   const int o = b.act_tensor(t, heads * d_v, name + ".attn");
   TapeOp op;
   op.op.kind = OpKind::flash_attention;
-  op.op.dtype = c.compute;
+  op.op.dtype = c.attention;
   op.op.m = t;
   op.op.flops = 2.0 * static_cast<double>(t * heads * (d_qk + d_v)) * mean_causal_keys(c.seq_len, c.seq_len);
   for (int in : qkv) op.op.bytes_read += b.tape().tensors()[static_cast<size_t>(in)].desc.bytes();
@@ -195,7 +195,7 @@ int mla_dsa_block(TapeBuilder& b, int x) {
   if (c.fused.dsa) {
     TapeOp sfa;  // SFA forward / SFAG backward: gathers the selected latents on chip
     sfa.op.kind = OpKind::sparse_attention;
-    sfa.op.dtype = c.compute;
+    sfa.op.dtype = c.attention;
     sfa.op.m = t;
     sfa.op.flops = sparse_flops;
     sfa.op.bytes_read = bytes_of(t * h * latent, c.act) + bytes_of(t * kept_keys, Dtype::int32) +
@@ -227,7 +227,7 @@ int mla_dsa_block(TapeBuilder& b, int x) {
     b.add(g);
     TapeOp sa;
     sa.op.kind = OpKind::sparse_attention;
-    sa.op.dtype = c.compute;
+    sa.op.dtype = c.attention;
     sa.op.m = t;
     sa.op.flops = sparse_flops;
     sa.op.bytes_read = bytes_of(t * kept_keys * latent + t * h * latent, c.act);
@@ -288,7 +288,7 @@ int kda_block(TapeBuilder& b, int x) {
   if (c.fused.kda) {
     TapeOp core;
     core.op.kind = OpKind::kda;
-    core.op.dtype = c.compute;
+    core.op.dtype = c.attention;
     core.op.m = t;
     core.op.flops = total;
     core.op.bytes_read = bytes_of(4 * t * p + t * h, c.act);
@@ -324,7 +324,7 @@ int kda_block(TapeBuilder& b, int x) {
     for (const auto& st : stages) {
       TapeOp op;
       op.op.kind = st.kind;
-      op.op.dtype = st.kind == OpKind::kda_gate_cumsum ? Dtype::fp32 : c.compute;
+      op.op.dtype = st.kind == OpKind::kda_gate_cumsum ? Dtype::fp32 : c.attention;
       op.op.m = t;
       op.op.flops = st.flops;
       for (int in : st.in) op.op.bytes_read += b.tape().tensors()[static_cast<size_t>(in)].desc.bytes();
@@ -356,7 +356,7 @@ int kda_block(TapeBuilder& b, int x) {
     const int o2 = b.act_tensor(t, p, "attn.kda_out_corrected");
     TapeOp fix;
     fix.op.kind = OpKind::kda_state_correction;
-    fix.op.dtype = c.compute;
+    fix.op.dtype = c.attention;
     fix.op.m = t;
     fix.op.flops = th * 4 * dh * dh;  // q S and the decayed state update
     fix.op.bytes_read = bytes_of(2 * t * p, c.act) + bytes_of(state_elems, Dtype::fp32);

@@ -44,13 +44,13 @@ int moe_block(TapeBuilder& b, int x_in, int64_t layer) {
   {
     TapeOp r;
     r.op.kind = OpKind::router;
-    r.op.dtype = c.compute;
+    r.op.dtype = c.unquantized;
     r.op.trainable_weight = c.train_base;
     r.op.m = t;
     r.op.n = m.num_experts;
     r.op.k = d;
     r.op.flops = 2.0 * static_cast<double>(t * d * m.num_experts);
-    r.op.bytes_read = bytes_of(t * d, c.act) + bytes_of(d * m.num_experts, c.compute);
+    r.op.bytes_read = bytes_of(t * d, c.act) + bytes_of(d * m.num_experts, c.unquantized);
     r.op.bytes_written = bytes_of(t * m.top_k, Dtype::fp32) + bytes_of(t * m.top_k, Dtype::int32);
     r.name = "moe.router";
     r.inputs = {x};

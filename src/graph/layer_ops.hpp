@@ -27,7 +27,9 @@ struct LayerContext {
   bool sequence_parallel = false;
   int64_t experts_per_rank = 0;
   Dtype act = Dtype::bf16;      // activations
-  Dtype compute = Dtype::bf16;  // matmul inputs
+  Dtype compute = Dtype::bf16;  // matmul inputs of the linear layers
+  Dtype attention = Dtype::bf16;    // attention kernels (attention_dtype)
+  Dtype unquantized = Dtype::bf16;  // router and LM head (unquantized_dtype)
   bool train_base = true;       // base weights trainable (false under LoRA)
   std::vector<LoraTarget> lora_targets;
   int64_t lora_rank = 0;

@@ -23,7 +23,7 @@ Op base(OpKind kind, Phase phase, const LayerContext& c, int32_t micro) {
   Op op;
   op.kind = kind;
   op.phase = phase;
-  op.dtype = c.compute;
+  op.dtype = c.unquantized;
   op.layer = static_cast<int32_t>(c.model->num_layers + 1);
   op.micro = micro;
   return op;
@@ -35,7 +35,7 @@ Op head_gemm(Phase phase, const LayerContext& c, int32_t micro, int64_t rows, co
   op.n = s.vocab;
   op.k = s.d;
   op.flops = 2.0 * static_cast<double>(rows * s.d * s.vocab);
-  op.bytes_read = static_cast<double>(rows * s.d) * dtype_bytes(c.act) + static_cast<double>(s.d * s.vocab) * dtype_bytes(c.compute);
+  op.bytes_read = static_cast<double>(rows * s.d) * dtype_bytes(c.act) + static_cast<double>(s.d * s.vocab) * dtype_bytes(c.unquantized);
   op.bytes_written = static_cast<double>(rows * s.vocab) * 4.0;
   op.trainable_weight = s.trainable;
   return op;

@@ -91,6 +91,8 @@ class StepBuilder {
     c_.experts_per_rank = m_.moe ? plan.experts_per_rank(m_.moe->num_experts) : 0;
     c_.act = spec_.training.precision.activations;
     c_.compute = spec_.training.precision.compute;
+    c_.attention = attention_dtype(spec_.training.precision);
+    c_.unquantized = unquantized_dtype(spec_.training.precision);
     c_.train_base = spec_.training.mode != TrainingMode::lora;
     if (spec_.training.lora) {
       c_.lora_targets = spec_.training.lora->targets;

@@ -226,10 +226,14 @@ class ScenarioChecker {
         }
       }
     }
-    if (!hw_.device.peak_flops.of(t.precision.compute)) {
-      fail("/training/precision/compute", hw_.name + " has no " + std::string(enum_name(t.precision.compute)) +
-                                              " peak (see its device.peak_flops)");
-    }
+    auto has_peak = [&](const std::string& path, Dtype d) {
+      if (!hw_.device.peak_flops.of(d)) {
+        fail(path, hw_.name + " has no " + std::string(enum_name(d)) + " peak (see its device.peak_flops)");
+      }
+    };
+    has_peak("/training/precision/compute", t.precision.compute);
+    has_peak("/training/precision/attention", attention_dtype(t.precision));
+    has_peak("/training/precision/compute", unquantized_dtype(t.precision));
   }
 
   void check_layers(const std::string& path, const LayerSet& layers) const {

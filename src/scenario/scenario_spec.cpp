@@ -24,6 +24,10 @@ void declare_fields(F& f, PrecisionSpec& s) {
   f.optional("grad_reduce", s.grad_reduce, Dtype::fp32, "Format gradients are reduce-scattered in.");
   f.optional("optimizer_states", s.optimizer_states, Dtype::fp32, "Format of optimizer states.");
   f.optional("activations", s.activations, Dtype::bf16, "Format of activations saved for backward.");
+  f.maybe("attention", s.attention,
+          "Format attention kernels (flash, sparse, KDA) compute in. Absent: compute, except the activations' "
+          "format when compute is 8 bits or fewer: FP8 recipes (Transformer Engine, torchtitan float8) quantise "
+          "only the linear layers, and keep attention, the router and the LM head unquantised.");
 }
 
 template <class F>
@@ -307,6 +311,12 @@ double comm_buffer_bytes(const ScenarioSpec& spec, const HardwareSpec& hardware,
 }
 
 std::vector<FieldRow> describe_scenario_fields() { return FieldDescriber::describe<ScenarioSpec>(); }
+
+Dtype unquantized_dtype(const PrecisionSpec& p) {
+  return dtype_bytes(p.compute) < 2 ? p.activations : p.compute;
+}
+
+Dtype attention_dtype(const PrecisionSpec& p) { return p.attention.value_or(unquantized_dtype(p)); }
 
 GradientSync resolved_gradient_sync(const FsdpSpec& fsdp, int64_t pipeline_stages) {
   if (fsdp.gradient_sync != GradientSync::automatic) return fsdp.gradient_sync;

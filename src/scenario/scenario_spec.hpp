@@ -69,7 +69,15 @@ struct PrecisionSpec {
   Dtype grad_reduce = Dtype::fp32;
   Dtype optimizer_states = Dtype::fp32;
   Dtype activations = Dtype::bf16;
+  std::optional<Dtype> attention;  // attention kernels' format; absent: see attention_dtype
 };
+
+// The format of the matmuls a low-precision recipe leaves unquantised - the router and the LM
+// head: compute, or the activations' format when compute is 8 bits or fewer (FP8 recipes such as
+// Transformer Engine's and torchtitan's float8 quantise the linear layers only).
+Dtype unquantized_dtype(const PrecisionSpec& p);
+// The format attention kernels (flash, sparse, KDA) run in: the scenario's, or unquantized_dtype.
+Dtype attention_dtype(const PrecisionSpec& p);
 
 struct OptimizerSpec {
   OptimizerKind kind = OptimizerKind::adamw;

@@ -39,6 +39,7 @@ struct Plan {
   std::string gradient_sync = "auto";
   std::string layers_per_chunk = "[]";
   std::string routing = "{}";
+  std::string precision = "{}";
   double allocator_fragmentation = 0;
 };
 
@@ -77,6 +78,7 @@ inline Scenario scenario(const Plan& p) {
   std::string text = R"({"name": "t", "model": ")" + p.model + R"(", "hardware": ")" + p.hardware +
                      R"(", "num_devices": )" + std::to_string(p.devices) + R"(, "training": {"mode": ")" + p.mode + "\"";
   if (p.mode == "lora") text += R"(, "lora": {"rank": 16, "alpha": 32, "targets": )" + p.lora_targets + "}";
+  text += R"(, "precision": )" + p.precision;
   text += R"(}, "batch": {"global_batch_size": )" + std::to_string(p.global_batch) + R"(, "micro_batch_size": )" +
           std::to_string(p.micro_batch) + R"(, "sequence_length": )" + std::to_string(p.seq) +
           R"(}, "parallel": {"fsdp": {"shard": )" + std::to_string(p.shard) + R"(, "replicate": )" +

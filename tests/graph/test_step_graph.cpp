@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <map>
+#include <set>
 
 #include "graph/graph_checks.hpp"
 #include "graph/graph_stats.hpp"
@@ -345,4 +346,36 @@ TEST_CASE("every ZeRO stage and gradient sync mode balances memory, with and wit
       }
     }
   }
+}
+
+TEST_CASE("FP8 quantises the linear layers only: attention, the router and the LM head stay in BF16 unless stated") {
+  Plan p;  // Qwen3-30B-A3B: GQA attention, a router, an untied head
+  p.ep = 8;
+  p.seq = 2048;
+  const int32_t head_layer = 48 + 1;
+  // Formats by op kind, the LM head (a GEMM after the last layer) apart.
+  auto dtypes = [&](const std::string& precision) {
+    p.precision = precision;
+    std::map<std::string, std::set<Dtype>> out;
+    const StepGraph g = build_step_graph(test::scenario(p));
+    for (const Op& op : g.programs[0].ops) {
+      const bool head = op.kind == OpKind::gemm && op.layer == head_layer;
+      out[head ? "lm_head" : std::string(enum_name(op.kind))].insert(op.dtype);
+    }
+    return out;
+  };
+  const auto bf16 = dtypes("{}");
+  for (const char* kind : {"gemm", "grouped_gemm", "flash_attention", "router", "lm_head"}) {
+    CAPTURE(kind);
+    CHECK(bf16.at(kind) == std::set<Dtype>{Dtype::bf16});
+  }
+  const auto fp8 = dtypes(R"({"compute": "fp8"})");
+  CHECK(fp8.at("gemm") == std::set<Dtype>{Dtype::fp8});
+  CHECK(fp8.at("grouped_gemm") == std::set<Dtype>{Dtype::fp8});
+  CHECK(fp8.at("flash_attention") == std::set<Dtype>{Dtype::bf16});
+  CHECK(fp8.at("router") == std::set<Dtype>{Dtype::bf16});
+  CHECK(fp8.at("lm_head") == std::set<Dtype>{Dtype::bf16});
+  const auto fp8_attention = dtypes(R"({"compute": "fp8", "attention": "fp8"})");
+  CHECK(fp8_attention.at("flash_attention") == std::set<Dtype>{Dtype::fp8});
+  CHECK(fp8_attention.at("router") == std::set<Dtype>{Dtype::bf16});
 }

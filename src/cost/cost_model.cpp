@@ -150,6 +150,25 @@ double CostModel::bus_factor(OpKind kind, int64_t n) {
   return (nn - 1) / nn;
 }
 
+double CostModel::hierarchical_out_fraction(int64_t num_experts, int64_t top_k, const GroupPlacement& g) {
+  if (g.num_domains <= 1 || top_k <= 0) return 0;
+  // P(a given remote domain holds none of the token's experts) = C(E - E_d, k) / C(E, k).
+  const double e = static_cast<double>(num_experts);
+  const double e_d = e * static_cast<double>(g.max_per_domain) / static_cast<double>(g.size);
+  double miss = 1;
+  for (int64_t i = 0; i < top_k; ++i) miss *= std::max(0.0, (e - e_d - static_cast<double>(i)) / (e - static_cast<double>(i)));
+  return static_cast<double>(g.num_domains - 1) * (1 - miss) / static_cast<double>(top_k);
+}
+
+CollectiveCost CostModel::hierarchical_all_to_all(double bytes, const GroupPlacement& g, double out_fraction) const {
+  CollectiveCost c = collective(OpKind::all_to_all, bytes, g);
+  if (g.num_domains <= 1) return c;
+  const double m = static_cast<double>(g.max_per_domain);
+  c.out_bytes = out_fraction * bytes;
+  c.up_bytes = (m - 1) / m * bytes;
+  return c;
+}
+
 CollectiveCost CostModel::collective(OpKind kind, double bytes, const GroupPlacement& g) const {
   const auto& up = hw_.fabric.scale_up;
   const double b_up = scale_up_bandwidth();

@@ -82,6 +82,16 @@ class CostModel {
   // A collective or point-to-point op over a group placed as given, with `bytes` in nccl-tests'
   // convention (op.comm_bytes, or a sampled value for all-to-all-v).
   CollectiveCost collective(OpKind kind, double bytes, const GroupPlacement& group) const;
+  // An expert all-to-all dispatched hierarchically: of the send buffer S = T k w, each token
+  // crosses the scale-out network once per remote destination domain (out_fraction x S, see
+  // hierarchical_out_fraction) and its copies fan out inside each domain over scale-up
+  // ((m - 1) / m x S). Within one domain it is the direct all-to-all.
+  CollectiveCost hierarchical_all_to_all(double bytes, const GroupPlacement& group, double out_fraction) const;
+  // The share of S that crosses the scale-out network under hierarchical dispatch: the expected
+  // number of remote domains holding at least one of a token's top_k experts, over top_k, when
+  // the num_experts experts are spread evenly over the group's domains and a token's experts are
+  // distinct and uniformly drawn (the expectation of routing without node limits).
+  static double hierarchical_out_fraction(int64_t num_experts, int64_t top_k, const GroupPlacement& group);
   // nccl-tests' bus bandwidth factor of a collective over n ranks.
   static double bus_factor(OpKind kind, int64_t n);
 

@@ -257,7 +257,12 @@ struct Engine::Impl {
       for (const auto& [s, i] : met) worst = std::max(worst, load_of(op.routing_layer, op.micro, s).wire_assignments);
       bytes = worst * (op.comm_bytes / assignments) * static_cast<double>(gp.size) / static_cast<double>(gp.size - 1);
     }
-    const CollectiveCost c = cost.collective(op.kind, bytes, gp);
+    const bool hierarchical = op.kind == OpKind::all_to_all && op.routing_layer >= 0 && routing_ &&
+                              g.expert_dispatch == ExpertDispatch::hierarchical && gp.num_domains > 1;
+    const CollectiveCost c =
+        hierarchical ? cost.hierarchical_all_to_all(
+                           bytes, gp, CostModel::hierarchical_out_fraction(routing_->num_experts(), routing_->top_k(), gp))
+                     : cost.collective(op.kind, bytes, gp);
     launch_flow(met, c, t, gp.size > 1, Participants{rank_of_slot(slot), op.group, -1}, op.kind == OpKind::all_to_all);
   }
 

@@ -621,6 +621,10 @@ std::string export_graph_json(const StepGraph& g) {
   w.number(g.seq_len);
   w.raw(",\n  \"allocator_fragmentation\": ");
   w.number(g.allocator_fragmentation, "allocator_fragmentation");
+  if (g.expert_dispatch != ExpertDispatch::direct) {  // written only when not the default
+    w.raw(",\n  \"expert_dispatch\": ");
+    w.string(enum_name(g.expert_dispatch));
+  }
   w.raw(",\n  \"routing\": ");
   write_routing(w, g.routing);
   w.raw(",\n  \"programs\": [");
@@ -664,6 +668,7 @@ StepGraph import_graph_json(const std::string& text, const std::string& file) {
   if (const json* j = o.find("allocator_fragmentation")) {
     g.allocator_fragmentation = r.amount(*j, top.at("allocator_fragmentation"));
   }
+  if (const json* j = o.find("expert_dispatch")) g.expert_dispatch = r.name<ExpertDispatch>(*j, top.at("expert_dispatch"));
   read_routing(r, o.need("routing"), top.at("routing"), mesh, g);
 
   const Where at = top.at("programs");
@@ -675,7 +680,7 @@ StepGraph import_graph_json(const std::string& text, const std::string& file) {
   g.programs.reserve(programs.size());
   for (size_t i = 0; i < programs.size(); ++i) g.programs.push_back(read_program(r, programs[i], at.at(i), i));
   o.finish({"format", "version", "scenario", "mesh", "num_micro_batches", "tokens_per_micro_batch", "tokens_per_step",
-            "seq_len", "allocator_fragmentation", "routing", "programs"});
+            "seq_len", "allocator_fragmentation", "expert_dispatch", "routing", "programs"});
   return g;
 }
 

@@ -693,6 +693,7 @@ StepGraph build_step_graph(const Scenario& s) {
   g.tokens_per_step = s.spec.batch.global_batch_size * s.spec.batch.sequence_length;
   g.seq_len = s.spec.batch.sequence_length;
   g.allocator_fragmentation = s.spec.memory.allocator_fragmentation;
+  g.expert_dispatch = s.spec.parallel.ep_dispatch;
   // The software stack's share: the runtime, and one set of collective-library buffers per
   // communicator a program uses (group kinds with more than one member that it communicates
   // over), sized by the collective kinds that communicator runs.

@@ -27,6 +27,7 @@ struct StepGraph {
   int64_t tokens_per_step = 0;       // global
   int64_t seq_len = 0;
   double allocator_fragmentation = 0;  // an allocator's loss beyond best-fit placement, a fraction of the slab (scenario memory)
+  ExpertDispatch expert_dispatch = ExpertDispatch::direct;  // how expert all-to-alls cross scale-up domains
 
   // Tokens each rank routes to its EP group in a micro-batch: its TP region's tokens, or, when the
   // experts are folded (ETP < TP, sequence parallel), the expert-TP group's sequence shards.

@@ -86,6 +86,9 @@ class ScenarioChecker {
       if (spec_.parallel.expert_tensor_parallel != 0) {
         fail("/parallel/expert_tensor_parallel", model_.name + " has no MoE layers; leave it out");
       }
+      if (spec_.parallel.ep_dispatch != ExpertDispatch::direct) {
+        fail("/parallel/ep_dispatch", model_.name + " has no MoE layers; leave it out");
+      }
       return;
     }
     if (model_.moe->num_experts % ep != 0) {

@@ -108,6 +108,10 @@ void declare_fields(F& f, ParallelSpec& s) {
              "expert_tensor_parallel_size); below tp.degree, expert parallelism also spans the remaining TP ranks "
              "(MoE parallel folding). 0: tp.degree.",
              non_negative());
+  f.optional("ep_dispatch", s.ep_dispatch, ExpertDispatch::direct,
+             "How the expert all-to-all crosses scale-up domains: direct sends every token copy to its expert's "
+             "rank; hierarchical sends a token once per destination domain, which fans it out over the scale-up "
+             "fabric (DeepEP); the same inside one domain.");
   f.optional("pp", s.pp, PipelineSpec{}, "Pipeline parallelism.");
   f.optional("cp", s.cp, int64_t{1}, "Context parallel degree (sequence split across ranks).", positive());
 }

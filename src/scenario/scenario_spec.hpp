@@ -29,6 +29,10 @@ enum class TrainingMode { pretrain, full_finetune, lora };
 enum class OptimizerKind { adamw, sgd };
 enum class PipelineSchedule { one_f_one_b, interleaved_1f1b, zero_bubble_h1 };
 enum class RecomputePolicy { none, selective, full };
+// How the expert all-to-all reaches other scale-up domains: every token copy straight to its
+// expert's rank, or once per destination domain and fanned out inside it (DeepEP's internode
+// kernels, hierarchical dispatchers).
+enum class ExpertDispatch { direct, hierarchical };
 enum class LossKind { full, chunked, cce };
 enum class RoutingDistribution { uniform, skewed, histogram };
 
@@ -148,6 +152,7 @@ struct ParallelSpec {
   int64_t ep = 1;  // expert parallel degree, carved out of fsdp.shard x cp x (tp / expert_tp)
   TensorParallelSpec tp;
   int64_t expert_tensor_parallel = 0;  // 0: the routed experts are split over tp.degree ranks
+  ExpertDispatch ep_dispatch = ExpertDispatch::direct;
   PipelineSpec pp;
   int64_t cp = 1;  // context parallel degree
 
@@ -289,6 +294,13 @@ struct EnumNames<PipelineSchedule> {
       {"1f1b", PipelineSchedule::one_f_one_b},
       {"interleaved_1f1b", PipelineSchedule::interleaved_1f1b},
       {"zb_h1", PipelineSchedule::zero_bubble_h1},
+  }};
+};
+template <>
+struct EnumNames<ExpertDispatch> {
+  static constexpr std::array<std::pair<std::string_view, ExpertDispatch>, 2> names{{
+      {"direct", ExpertDispatch::direct},
+      {"hierarchical", ExpertDispatch::hierarchical},
   }};
 };
 template <>

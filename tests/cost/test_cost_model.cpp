@@ -3,6 +3,12 @@
 // bus bandwidth) and monotonicity (more bandwidth or FLOP/s is never slower).
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <set>
+#include <vector>
+
 #include "cost/cost_model.hpp"
 
 using namespace moesim;
@@ -124,4 +130,43 @@ TEST_CASE("more bandwidth or more FLOP/s is never slower") {
       }
     }
   }
+}
+
+TEST_CASE("hierarchical dispatch: a token crosses the network once per remote domain holding one of its experts") {
+  const HardwareSpec hw = h200();
+  const CostModel cost(hw);
+  // Closed form: 4 experts on 2 ranks in 2 domains, top-4: every token reaches the other domain
+  // once - 1 remote copy of its 4, where direct dispatch sends the 2 copies for the remote rank.
+  const GroupPlacement two{2, 2, 1};
+  CHECK(CostModel::hierarchical_out_fraction(4, 4, two) == doctest::Approx(0.25));
+  CHECK(cost.collective(OpKind::all_to_all, 8e9, two).out_bytes == doctest::Approx(4e9));
+  CHECK(cost.hierarchical_all_to_all(8e9, two, 0.25).out_bytes == doctest::Approx(2e9));
+  // Inside one domain hierarchical is direct.
+  const GroupPlacement node{8, 1, 8};
+  CHECK(CostModel::hierarchical_out_fraction(256, 8, node) == 0);
+  CHECK(cost.hierarchical_all_to_all(8e9, node, 0).up_bytes == cost.collective(OpKind::all_to_all, 8e9, node).up_bytes);
+
+  // The expectation against sampling: DeepSeek-V3's 256 experts, top-8, EP 64 over 8 nodes.
+  const GroupPlacement ep64{64, 8, 8};
+  std::mt19937_64 rng(7);
+  std::vector<int> experts(256);
+  std::iota(experts.begin(), experts.end(), 0);
+  const int tokens = 200000;
+  double remote_domains = 0;
+  for (int t = 0; t < tokens; ++t) {
+    std::set<int> domains;
+    for (int i = 0; i < 8; ++i) {  // a partial Fisher-Yates shuffle: 8 distinct experts
+      std::uniform_int_distribution<int> pick(i, 255);
+      std::swap(experts[static_cast<size_t>(i)], experts[static_cast<size_t>(pick(rng))]);
+      const int domain = experts[static_cast<size_t>(i)] / 32;
+      if (domain != 0) domains.insert(domain);  // the sender sits in domain 0
+    }
+    remote_domains += static_cast<double>(domains.size());
+  }
+  const double sampled = remote_domains / tokens / 8;
+  CHECK(CostModel::hierarchical_out_fraction(256, 8, ep64) == doctest::Approx(sampled).epsilon(0.005));
+  // Fewer bytes on the network than direct dispatch's 7/8 of the buffer, never more.
+  const double direct = cost.collective(OpKind::all_to_all, 64e9, ep64).out_bytes;
+  const double hier = cost.hierarchical_all_to_all(64e9, ep64, CostModel::hierarchical_out_fraction(256, 8, ep64)).out_bytes;
+  CHECK(hier < 0.7 * direct);
 }

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
-// The routed experts' own parallel layout (Megatron-Core's MoE parallel folding): with expert
+// Expert parallelism's layout and dispatch. The routed experts' own parallel layout (Megatron-Core's
+// MoE parallel folding): with expert
 // tensor parallelism ETP below TP, each rank routes its own sequence shard, EP spans the TP ranks
 // outside an expert-TP group, the experts run at full width / ETP, and the shared experts keep the
 // dense TP region. Checked against closed forms on Kimi Linear (shared expert, sigmoid router)
-// and by a complete simulation.
+// and by a complete simulation. Hierarchical dispatch: fewer bytes on the network, a shorter step.
 #include <doctest/doctest.h>
 
 #include <map>
@@ -129,4 +130,30 @@ TEST_CASE("the checker refuses layouts no framework runs") {
   Plan dense = kimi_linear(2, 1, 1);
   dense.model = "llama-3.1-405b";
   refused(dense, "/parallel/expert_tensor_parallel");
+}
+
+TEST_CASE("hierarchical dispatch across two nodes: the same graph, a shorter all-to-all and step") {
+  Plan p;  // Qwen3-30B-A3B (128 experts, top-8) with EP 16 over two 8-GPU H100 nodes
+  p.hardware = "h100-hgx";
+  p.devices = 16;
+  p.shard = 16;
+  p.ep = 16;
+  p.global_batch = 16;
+  p.seq = 4096;
+  const Scenario direct_s = test::scenario(p);
+  p.ep_dispatch = "hierarchical";
+  const Scenario hier_s = test::scenario(p);
+  const StepGraph direct = build_step_graph(direct_s), hier = build_step_graph(hier_s);
+  CHECK(hier.expert_dispatch == ExpertDispatch::hierarchical);
+  CHECK(hier.programs[0].ops.size() == direct.programs[0].ops.size());
+  const CostModel cost(direct_s.hardware);
+  const StepResult d = Engine(direct, cost).run({}), h = Engine(hier, cost).run({});
+  auto a2a_busy = [](const StepResult& r) {
+    for (const auto& [kind, t] : r.comm_busy) {
+      if (kind == OpKind::all_to_all) return t;
+    }
+    return Picoseconds{0};
+  };
+  CHECK(a2a_busy(h) < a2a_busy(d));
+  CHECK(h.step_time < d.step_time);
 }

@@ -22,6 +22,7 @@ struct Plan {
   int64_t ep = 1;
   int64_t tp = 1;
   int64_t etp = 0;  // expert_tensor_parallel; 0: left out (= tp)
+  std::string ep_dispatch = "direct";
   bool sp = true;
   int64_t pp = 1;
   std::string schedule = "1f1b";
@@ -87,6 +88,7 @@ inline Scenario scenario(const Plan& p) {
           R"(}, "ep": )" + std::to_string(p.ep) + R"(, "tp": {"degree": )" + std::to_string(p.tp) +
           R"(, "sequence_parallel": )" + (p.sp ? "true" : "false") + "}" +
           (p.etp > 0 ? R"(, "expert_tensor_parallel": )" + std::to_string(p.etp) : std::string()) +
+          R"(, "ep_dispatch": ")" + p.ep_dispatch + "\"" +
           R"(, "pp": {"stages": )" + std::to_string(p.pp) +
           R"(, "schedule": ")" + p.schedule + R"(", "virtual_stages": )" + std::to_string(p.virtual_stages) +
           R"(, "layers_per_chunk": )" + p.layers_per_chunk + R"(}, "cp": )" + std::to_string(p.cp) + R"(}, "recompute": {"policy": ")" + p.recompute +

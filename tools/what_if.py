@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: MIT
 """What-ifs on the embedded default: each variant is the default scenario with one field
 changed, simulated with `moesim simulate --json`; prints the Markdown table of docs/what-if.md.
+--write puts it in the page (replacing the table that starts with "| variant |"); --check exits 1
+when the page's table is not what the binary gives.
 
-usage: tools/what_if.py [MOESIM] [--steps N]
+usage: tools/what_if.py [MOESIM] [--steps N] [--write | --check]
 """
 import copy
 import json
@@ -14,6 +16,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT = os.path.join(ROOT, "scenarios", "k3-lora-fsdp2-ep64.json")
+PAGE = os.path.join(ROOT, "docs", "what-if.md")
 
 
 def setp(path, value):
@@ -60,6 +63,8 @@ def main():
         i = args.index("--steps")
         steps = args[i + 1]
         del args[i:i + 2]
+    write, check = "--write" in args, "--check" in args
+    args = [a for a in args if a not in ("--write", "--check")]
     moesim = args[0] if args else os.path.join(ROOT, "build", "moesim")
     with open(DEFAULT) as f:
         base = json.load(f)
@@ -77,15 +82,35 @@ def main():
                                  check=True)
             rows.append((name, field, json.loads(out.stdout)))
     t0 = rows[0][2]["step_time_s"]
-    print("| variant | field changed | step time | vs default | MFU | peak HBM | peak DDR | exposed comm | fits |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    table = ["| variant | field changed | step time | vs default | MFU | peak HBM | peak DDR | exposed comm | fits |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, field, r in rows:
         t = r["step_time_s"]
         vs = "-" if name == "default" else f"{100 * (t / t0 - 1):+.1f}%"
         exposed = r["breakdown_s"]["exposed"]
         comm = sum(v for k, v in exposed.items() if k not in ("pipeline_bubble", "swap", "other"))
-        print(f"| {name} | {field} | {t:.2f} s | {vs} | {100 * r['mfu']:.1f}% | {r['peak_hbm_bytes'] / 1e9:.1f} GB | "
-              f"{r['peak_ddr_bytes'] / 1e9:.1f} GB | {comm:.2f} s | {'yes' if r['fits'] else 'no'} |")
+        table.append(f"| {name} | {field} | {t:.2f} s | {vs} | {100 * r['mfu']:.1f}% | {r['peak_hbm_bytes'] / 1e9:.1f} GB | "
+                     f"{r['peak_ddr_bytes'] / 1e9:.1f} GB | {comm:.2f} s | {'yes' if r['fits'] else 'no'} |")
+    if not (write or check):
+        print("\n".join(table))
+        return
+    with open(PAGE) as f:
+        lines = f.read().split("\n")
+    start = lines.index(table[0])
+    end = start
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    if check:
+        if lines[start:end] != table:
+            print("docs/what-if.md is stale; run tools/what_if.py MOESIM --write")
+            for old, new in zip(lines[start:end], table):
+                if old != new:
+                    print(f"- {old}\n+ {new}")
+            sys.exit(1)
+        print("docs/what-if.md matches the binary")
+        return
+    with open(PAGE, "w") as f:
+        f.write("\n".join(lines[:start] + table + lines[end:]))
 
 
 if __name__ == "__main__":

@@ -31,17 +31,15 @@ struct Action {
 // backwards, with stage s running each micro-batch's weight gradients s backwards later (the last
 // ones after the last backward). Later stages return input gradients sooner; every stage holds
 // about p micro-batches of activations, as in 1F1B.
+//
+// Interleaved: Megatron-Core's schedule table. Micro-batches go in groups of `stages`; within a
+// group every micro-batch runs chunk 0, then every one chunk 1, ...; backwards take the chunks in
+// reverse. Stage s warms up with 2 (stages - s - 1) + (chunks - 1) stages forwards, then
+// alternates, then drains. The scenario checker asks for a micro-batch count that is a multiple
+// of the stages: with a smaller last group this order deadlocks (a stage's backward would wait
+// for a gradient whose forward input it has not yet sent).
 std::vector<Action> pipeline_schedule(int64_t stage, int64_t stages, int64_t chunks, int64_t micros, bool zero_bubble) {
   std::vector<Action> out;
-  const int64_t total = micros * chunks;
-  auto fwd_at = [&](int64_t k) {
-    const int64_t group = k / (stages * chunks);
-    return Action{Pass::forward, group * stages + k % stages, (k / stages) % chunks};
-  };
-  auto bwd_at = [&](int64_t k) {
-    const int64_t group = k / (stages * chunks);
-    return Action{Pass::backward, group * stages + k % stages, chunks - 1 - (k / stages) % chunks};
-  };
   if (chunks == 1) {
     const int64_t warmup = std::min(stages - stage - 1, micros);
     const int64_t lag = zero_bubble ? stage : -1;  // weight passes run `lag` backwards behind
@@ -56,13 +54,24 @@ std::vector<Action> pipeline_schedule(int64_t stage, int64_t stages, int64_t chu
     }
     return out;
   }
-  const int64_t warmup = std::min((stages - stage - 1) * 2 + (chunks - 1) * stages, total);
-  for (int64_t k = 0; k < warmup; ++k) out.push_back(fwd_at(k));
-  for (int64_t k = warmup; k < total; ++k) {
-    out.push_back(fwd_at(k));
-    out.push_back(bwd_at(k - warmup));
+  std::vector<Action> forwards, backwards;
+  for (int64_t first = 0; first < micros; first += stages) {
+    const int64_t last = std::min(first + stages, micros);
+    for (int64_t c = 0; c < chunks; ++c) {
+      for (int64_t m = first; m < last; ++m) {
+        forwards.push_back({Pass::forward, m, c});
+        backwards.push_back({Pass::backward, m, chunks - 1 - c});
+      }
+    }
   }
-  for (int64_t k = total - warmup; k < total; ++k) out.push_back(bwd_at(k));
+  const auto total = static_cast<int64_t>(forwards.size());
+  const int64_t warmup = std::min((stages - stage - 1) * 2 + (chunks - 1) * stages, total);
+  for (int64_t k = 0; k < warmup; ++k) out.push_back(forwards[static_cast<size_t>(k)]);
+  for (int64_t k = warmup; k < total; ++k) {
+    out.push_back(forwards[static_cast<size_t>(k)]);
+    out.push_back(backwards[static_cast<size_t>(k - warmup)]);
+  }
+  for (int64_t k = total - warmup; k < total; ++k) out.push_back(backwards[static_cast<size_t>(k)]);
   return out;
 }
 

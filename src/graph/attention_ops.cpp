@@ -10,10 +10,87 @@
 namespace moesim {
 namespace {
 
+// A batched matmul of the materialised attention core: heads x (t x k) by (k x n), no weights.
+// Its backward computes both input gradients: twice the forward.
+int attention_matmul(TapeBuilder& b, const std::string& name, std::vector<int> inputs, int64_t rows, int64_t k,
+                     int64_t n) {
+  const auto& c = b.ctx();
+  const int y = b.act_tensor(rows, n, name + ".out");
+  TapeOp op;
+  op.op.kind = OpKind::gemm;
+  op.op.dtype = c.attention;
+  op.op.m = rows;
+  op.op.n = n;
+  op.op.k = k;
+  op.op.flops = 2.0 * static_cast<double>(rows) * static_cast<double>(k) * static_cast<double>(n);
+  for (int in : inputs) op.op.bytes_read += b.tape().tensors()[static_cast<size_t>(in)].desc.bytes();
+  op.op.bytes_written = bytes_of(rows * n, c.act);
+  op.name = name;
+  op.inputs = inputs;
+  op.outputs = {y};
+  op.bwd_needs = std::move(inputs);
+  op.bwd_kind = OpKind::gemm;
+  op.bwd_flops = 2 * op.op.flops;
+  op.cheap = true;  // the attention core: what selective recompute recomputes
+  b.add(op);
+  return y;
+}
+
+// The attention core as Megatron computed it before FlashAttention (its CoreAttention): scores
+// Q K^T over the whole s x s square (the causal mask applied after), a fused scaled-masked softmax,
+// attention dropout, then P V. The probabilities (and the dropout mask) stay alive for backward -
+// heads x t x s elements per layer and micro-batch - unless selective recompute drops them, which
+// is what it was made for (Korthikanti et al. 2022, arXiv 2205.05198, section 5).
+int materialized_attention(TapeBuilder& b, const std::string& name, const std::vector<int>& qkv, int64_t heads,
+                           int64_t d_qk, int64_t d_v) {
+  const auto& c = b.ctx();
+  const int64_t rows = heads * c.tokens, keys = c.seq_len;
+  const int scores = attention_matmul(b, name + ".scores", {qkv[0], qkv[1]}, rows, d_qk, keys);
+  int probs = b.tensor(rows, keys, name + ".probs", c.act);
+  {
+    TapeOp softmax;  // reads the scores, writes the probabilities; its backward reads them back
+    softmax.op.kind = OpKind::elementwise;
+    softmax.op.dtype = c.act;
+    softmax.op.flops = 5.0 * static_cast<double>(rows * keys);
+    softmax.op.bytes_read = bytes_of(rows * keys, c.act);
+    softmax.op.bytes_written = bytes_of(rows * keys, c.act);
+    softmax.name = name + ".softmax";
+    softmax.inputs = {scores};
+    softmax.outputs = {probs};
+    softmax.bwd_needs = {probs};
+    softmax.bwd_kind = OpKind::elementwise;
+    softmax.bwd_flops = 2 * softmax.op.flops;
+    softmax.cheap = true;
+    b.add(softmax);
+  }
+  if (c.attention_dropout > 0) {
+    const int kept = b.tensor(rows, keys, name + ".dropout", c.act);
+    const int mask = b.tensor(rows, keys, name + ".dropout_mask", Dtype::int8, false);
+    TapeOp dropout;
+    dropout.op.kind = OpKind::elementwise;
+    dropout.op.dtype = c.act;
+    dropout.op.flops = 2.0 * static_cast<double>(rows * keys);
+    dropout.op.bytes_read = bytes_of(rows * keys, c.act);
+    dropout.op.bytes_written = bytes_of(rows * keys, c.act) + bytes_of(rows * keys, Dtype::int8);
+    dropout.name = name + ".dropout";
+    dropout.inputs = {probs};
+    dropout.outputs = {kept, mask};
+    dropout.bwd_needs = {mask};
+    dropout.bwd_kind = OpKind::elementwise;
+    dropout.bwd_flops = dropout.op.flops;
+    dropout.cheap = true;
+    b.add(dropout);
+    probs = kept;
+  }
+  return attention_matmul(b, name + ".context", {probs, qkv[2]}, rows, keys, d_v);
+}
+
 // A dense causal attention core (flash style): 2 * heads * (d_qk + d_v) FLOPs per (query, key).
+// Without fused flash kernels, the materialised core above.
 int flash_attention(TapeBuilder& b, const std::string& name, std::vector<int> qkv, int64_t heads, int64_t d_qk,
                     int64_t d_v) {
   const auto& c = b.ctx();
+  if (!c.fused.flash_attention) return materialized_attention(b, name, qkv, heads, d_qk, d_v);
   const int64_t t = c.tokens;
   const int o = b.act_tensor(t, heads * d_v, name + ".attn");
   TapeOp op;

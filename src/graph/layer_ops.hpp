@@ -34,6 +34,7 @@ struct LayerContext {
   std::vector<LoraTarget> lora_targets;
   int64_t lora_rank = 0;
   FusedOpsSpec fused;
+  double attention_dropout = 0;  // costs only in the materialised attention core
 
   int64_t sp_tokens() const { return sequence_parallel && tp > 1 ? tokens / tp : tokens; }
   bool experts_folded() const { return etp != tp; }

@@ -108,6 +108,7 @@ class StepBuilder {
       c_.lora_rank = spec_.training.lora->rank;
     }
     c_.fused = spec_.fused_ops;
+    c_.attention_dropout = spec_.training.attention_dropout;
     num_micro_ = spec_.batch.global_batch_size / (spec_.batch.micro_batch_size * p.dp());
     zero_stage_ = p.fsdp.zero_stage;
     sync_every_micro_ = resolved_gradient_sync(p.fsdp, p.pp.stages) == GradientSync::every_micro_batch;

@@ -320,6 +320,11 @@ class ScenarioChecker {
     if (f.dsa && !model_.uses(AttentionKind::mla_dsa)) fail("/fused_ops/dsa", model_.name + " has no mla_dsa layers");
     if (f.kda && !model_.uses(AttentionKind::kda)) fail("/fused_ops/kda", model_.name + " has no kda layers");
     if (f.permute_gemm && !model_.moe) fail("/fused_ops/permute_gemm", model_.name + " has no MoE layers");
+    const bool dense_attention = model_.uses(AttentionKind::mha) || model_.uses(AttentionKind::gqa) ||
+                                 model_.uses(AttentionKind::mla);
+    if (!f.flash_attention && !dense_attention) {
+      fail("/fused_ops/flash_attention", model_.name + " has no mha, gqa or mla layers");
+    }
   }
 
   const Scenario& s_;

@@ -41,6 +41,10 @@ void declare_fields(F& f, TrainingSpec& s) {
   f.maybe("lora", s.lora, "Adapters; required when mode is lora, absent otherwise.");
   f.optional("precision", s.precision, PrecisionSpec{}, "Numeric formats.");
   f.optional("optimizer", s.optimizer, OptimizerSpec{}, "The optimizer.");
+  f.optional("attention_dropout", s.attention_dropout, 0.0,
+             "Attention dropout probability; it costs time and memory only without flash attention "
+             "(fused_ops.flash_attention false), which fuses it.",
+             between(0.0, 1.0));
 }
 
 template <class F>
@@ -161,6 +165,10 @@ void declare_fields(F& f, OverlapSpec& s) {
 
 template <class F>
 void declare_fields(F& f, FusedOpsSpec& s) {
+  f.optional("flash_attention", s.flash_attention, true,
+             "Flash attention for dense (MHA/GQA/MLA) layers; false: the attention core as Megatron ran it before "
+             "FlashAttention - score and context batched GEMMs over the whole s x s square, a fused softmax and "
+             "attention dropout, with the probabilities kept for backward.");
   f.optional("dsa", s.dsa, false, "Fused DSA kernels (LI, SFA, SFAG) instead of small ops; mla_dsa models only.");
   f.optional("kda", s.kda, false, "Fused KDA forward and backward kernels; kda models only.");
   f.optional("permute_gemm", s.permute_gemm, false, "Permute fused into the experts' grouped GEMM; MoE models only.");

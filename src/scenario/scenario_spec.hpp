@@ -92,6 +92,7 @@ struct TrainingSpec {
   std::optional<LoraSpec> lora;
   PrecisionSpec precision;
   OptimizerSpec optimizer;
+  double attention_dropout = 0;  // probability; costs only without flash attention
 };
 
 struct BatchSpec {
@@ -200,6 +201,7 @@ struct MemoryOverheadSpec {
 };
 
 struct FusedOpsSpec {
+  bool flash_attention = true;  // false: scores and probabilities materialised (pre-FlashAttention)
   bool dsa = false;           // LI / SFA / SFAG fused kernels
   bool kda = false;           // fused KDA forward and backward
   bool permute_gemm = false;  // permute fused into the grouped GEMM

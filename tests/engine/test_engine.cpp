@@ -395,3 +395,32 @@ TEST_CASE("the memory timeline's reserved bytes peak at the report's peak HBM, l
   CHECK(reserved == m.peak_hbm_bytes);
   CHECK(live == doctest::Approx(m.peak_hbm_bytes - m.allocator_reserve_bytes).epsilon(1e-12));
 }
+
+TEST_CASE("materialised attention costs time and memory flash does not; dropout adds its mask; selective recompute drops them") {
+  Plan p = test::dense_tp8();  // Llama-3.1-405B, TP 8: 16 heads of 2,048 x 2,048 probabilities a layer
+  p.recompute = "none";
+  p.seq = 2048;
+  p.global_batch = 2;
+  auto run = [&](const std::string& fused, const std::string& recompute, double dropout) {
+    Plan q = p;
+    q.fused = fused;
+    q.recompute = recompute;
+    q.precision = "{}";
+    Scenario s = test::scenario(q);
+    s.spec.training.attention_dropout = dropout;
+    const StepGraph g = build_step_graph(s);
+    const CostModel cost(s.hardware);
+    return Engine(g, cost).run({});
+  };
+  const StepResult flash = run("{}", "none", 0);
+  const StepResult plain = run(R"({"flash_attention": false})", "none", 0);
+  const StepResult dropout = run(R"({"flash_attention": false})", "none", 0.1);
+  const StepResult selective = run(R"({"flash_attention": false})", "selective", 0.1);
+  CHECK(plain.step_time > flash.step_time);
+  // Probabilities of every layer kept: 126 layers x 16 x 2048^2 x 2 B = 16.9 GB more than flash at least.
+  const double probs = 126.0 * 16 * 2048 * 2048 * 2;
+  CHECK(plain.memory[0].peak_hbm_bytes - flash.memory[0].peak_hbm_bytes > 0.9 * probs);
+  CHECK(dropout.memory[0].peak_hbm_bytes - plain.memory[0].peak_hbm_bytes > 0.9 * probs * 1.5);  // kept copy + int8 mask
+  CHECK(selective.memory[0].peak_hbm_bytes < plain.memory[0].peak_hbm_bytes - 0.9 * probs);
+  CHECK(selective.step_time > dropout.step_time);  // the core runs again in backward
+}

@@ -379,3 +379,33 @@ TEST_CASE("FP8 quantises the linear layers only: attention, the router and the L
   CHECK(fp8_attention.at("flash_attention") == std::set<Dtype>{Dtype::fp8});
   CHECK(fp8_attention.at("router") == std::set<Dtype>{Dtype::bf16});
 }
+
+TEST_CASE("without flash attention the core is materialised: s x s scores, softmax, dropout, kept for backward") {
+  Plan p = test::dense_tp8();  // Llama-3.1-405B: 128 heads of 128, TP 8 -> 16 heads a rank
+  p.recompute = "none";
+  p.seq = 2048;
+  p.fused = R"({"flash_attention": false})";
+  p.precision = "{}";
+  const StepGraph g = build_step_graph(test::scenario(p));
+  const double h = 16, s = 2048, d = 128;
+  int scores = 0, contexts = 0, softmaxes = 0;
+  for (const Op& op : g.programs[0].ops) {
+    const std::string& name = g.programs[0].name_of(op);
+    if (op.layer != 1 || op.micro != 0) continue;
+    if (name.find("attn.scores") != std::string::npos && op.phase == Phase::fwd) {
+      ++scores;
+      CHECK(op.flops == doctest::Approx(2 * h * s * s * d));  // the whole square, masked afterwards
+    }
+    if (name.find("attn.context") != std::string::npos && op.phase == Phase::fwd) {
+      ++contexts;
+      CHECK(op.flops == doctest::Approx(2 * h * s * s * d));
+    }
+    if (name.find("attn.scores") != std::string::npos && op.phase == Phase::bwd) CHECK(op.flops == doctest::Approx(4 * h * s * s * d));
+    softmaxes += name.find("attn.softmax") != std::string::npos && op.phase == Phase::fwd;
+    CHECK(op.kind != OpKind::flash_attention);
+  }
+  CHECK(scores == 1);
+  CHECK(contexts == 1);
+  CHECK(softmaxes == 1);
+  check_invariants(g);
+}

@@ -543,6 +543,11 @@ ExecResult execute(const Scenario& sc, const StepGraph& g, const ExecOptions& op
                      "the plan has " + std::to_string(n) + " rank(s) but " + std::to_string(gpus) +
                          " GPU(s) are visible; `moesim run` needs one GPU per rank (set CUDA_VISIBLE_DEVICES or num_devices)");
   }
+  if (!sc.spec.fused_ops.flash_attention) {
+    // Its score and context products are weightless batched GEMMs the kernels here do not run.
+    throw InputError(sc.file, "/fused_ops/flash_attention",
+                     "the executor runs flash attention only; the materialised core is simulated, not executed");
+  }
   if (opt.measured_steps < 1 || opt.warmup_steps < 1) {
     throw BackendError("execute: warmup_steps and measured_steps must be >= 1 (the slab is placed on a warm-up step's times)");
   }

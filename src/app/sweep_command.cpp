@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <thread>
 
@@ -30,6 +31,9 @@ CLI::App* add_sweep_command(CLI::App& app, SweepCliOptions& opt) {
   cmd->add_option("--list-rejected", opt.max_listed, "Rejected and pruned configurations listed with their reason")
       ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
   cmd->add_flag("--all-ranks", opt.all_ranks, "Simulate every rank instead of one per class of identical ranks");
+  cmd->add_option("--explain", opt.explain,
+                  "Print the full step report (as `simulate` does; --json for JSON) of configuration INDEX")
+      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
   return cmd;
 }
 
@@ -58,6 +62,18 @@ int run_sweep_command(const SweepCliOptions& opt) {
     const SweepSpace space(read_input(opt.scenario, "scenarios", "SCENARIO"));
     if (space.num_axes() == 0) {
       throw InputError(space.base().file, "/sweep/axes", "the scenario declares no sweep axes (see docs/sweep.md)");
+    }
+    if (opt.explain >= 0) {
+      if (opt.explain >= space.num_configs()) {
+        throw InputError("--explain", "", "the sweep has configurations 0 to " + std::to_string(space.num_configs() - 1) +
+                                              ", got " + std::to_string(opt.explain));
+      }
+      if (dist->rank() != 0) return 0;
+      ConfigEvaluator evaluator(space, !opt.all_ranks);
+      const StepReport report = evaluator.explain(opt.explain);
+      const std::string text = opt.json ? step_report_json(report) : step_report_text(report);
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      return 0;
     }
     const bool root = dist->rank() == 0;
     std::optional<StreamedFile> csv;

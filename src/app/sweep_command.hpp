@@ -19,6 +19,7 @@ struct SweepCliOptions {
   int64_t threads = 0;  // 0: the hardware's thread count
   int64_t max_listed = 20;
   bool all_ranks = false;  // simulate every rank (EngineOptions::distinct_ranks off)
+  int64_t explain = -1;    // >= 0: print this configuration's full step report instead of sweeping
 };
 
 CLI::App* add_sweep_command(CLI::App& app, SweepCliOptions& options);

@@ -184,7 +184,14 @@ StepReport make_step_report(const Scenario& s, const StepGraph& g, const GraphSt
   for (const auto& [kind, t] : first.comm_busy) r.communication_s.emplace_back(std::string(enum_name(kind)), ps_to_s(t));
   r.breakdown_rank = first.slowest_rank;
   r.compute_stream_s = ps_to_s(first.compute_stream_busy);
-  for (const auto& [cause, t] : first.exposed) r.exposed_s.emplace_back(cause, ps_to_s(t));
+  for (const auto& [cause, t] : first.exposed) {
+    r.exposed_s.emplace_back(cause, ps_to_s(t));
+    if (cause == "pipeline_bubble") {
+      r.bubble_s += ps_to_s(t);
+    } else if (cause != "swap" && cause != "other") {
+      r.exposed_comm_s += ps_to_s(t);
+    }
+  }
   for (const auto& [name, t] : first.top_ops) r.top_ops_s.emplace_back(name, ps_to_s(t));
   for (const auto& [name, t] : first.critical_path) r.critical_path_s.emplace_back(name, ps_to_s(t));
   r.critical_path_length = first.critical_path_length;

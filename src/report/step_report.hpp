@@ -64,6 +64,8 @@ struct StepReport {
   // The rest of the step on the compute stream, by what held it: a collective kind, pipeline_bubble,
   // swap (see StepResult::exposed). compute_stream_s + their sum = the slowest rank's step time.
   std::vector<std::pair<std::string, double>> exposed_s;
+  double exposed_comm_s = 0;  // of exposed_s: waiting for collectives (not the bubble, swap or other)
+  double bubble_s = 0;        // of exposed_s: the pipeline bubble
   std::vector<std::pair<std::string, double>> top_ops_s;        // busiest op names of the slowest rank
   std::vector<std::pair<std::string, double>> critical_path_s;  // the chain that ends the step, by op name
   int64_t critical_path_length = 0;

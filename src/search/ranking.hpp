@@ -20,6 +20,10 @@ struct RankedPoint {
   double mfu = 0;
   double peak_ddr_bytes = 0;
   double memory_bound_bytes = 0;  // the pruning bound, for comparison with the peak
+  double compute_s = 0;           // ConfigOutcome's breakdown
+  double exposed_comm_s = 0;
+  double bubble_s = 0;
+  int64_t num_devices = 0;
 };
 
 // Fits first, then shorter step time, then lower index.

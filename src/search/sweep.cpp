@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "core/error.hpp"
 #include "core/units.hpp"
 #include "cost/cost_model.hpp"
 #include "engine/engine.hpp"
@@ -79,7 +80,22 @@ ConfigOutcome ConfigEvaluator::evaluate(int64_t index, const LoadedConfig& loade
     return out;
   }
   out.status = ConfigStatus::simulated;
+  const StepReport r = simulate(s, loaded);
+  out.step_time_s = r.step_time_s;
+  out.step_time_p99_s = r.step_time_p99_s;
+  out.tokens_per_s = r.tokens_per_s;
+  out.mfu = r.mfu;
+  out.peak_hbm_bytes = r.peak_hbm_bytes;
+  out.peak_ddr_bytes = r.peak_ddr_bytes;
+  out.compute_s = r.compute_stream_s;
+  out.exposed_comm_s = r.exposed_comm_s;
+  out.bubble_s = r.bubble_s;
+  out.num_devices = r.num_devices;
+  out.fits = r.fits;
+  return out;
+}
 
+StepReport ConfigEvaluator::simulate(const Scenario& s, const LoadedConfig& loaded) {
   State& st = *state_;
   if (!st.cost || st.hardware_file != s.hardware_file) {
     st.engine.reset();
@@ -116,15 +132,13 @@ ConfigOutcome ConfigEvaluator::evaluate(int64_t index, const LoadedConfig& loade
     eo.step = step;
     steps.push_back(st.engine->run(eo));
   }
-  const StepReport r = make_step_report(s, *st.graph, st.stats, steps, 0.0);
-  out.step_time_s = r.step_time_s;
-  out.step_time_p99_s = r.step_time_p99_s;
-  out.tokens_per_s = r.tokens_per_s;
-  out.mfu = r.mfu;
-  out.peak_hbm_bytes = r.peak_hbm_bytes;
-  out.peak_ddr_bytes = r.peak_ddr_bytes;
-  out.fits = r.fits;
-  return out;
+  return make_step_report(s, *st.graph, st.stats, steps, 0.0);
+}
+
+StepReport ConfigEvaluator::explain(int64_t index) {
+  const LoadedConfig loaded = space_.load(index);
+  if (!loaded.scenario) throw InputError("--explain", "", "configuration " + std::to_string(index) + ": " + loaded.reason);
+  return simulate(*loaded.scenario, loaded);
 }
 
 void SweepSummary::add(const ConfigOutcome& o) {
@@ -157,6 +171,10 @@ void SweepSummary::add(const ConfigOutcome& o) {
   p.mfu = o.mfu;
   p.peak_ddr_bytes = o.peak_ddr_bytes;
   p.memory_bound_bytes = o.memory_bound_bytes;
+  p.compute_s = o.compute_s;
+  p.exposed_comm_s = o.exposed_comm_s;
+  p.bubble_s = o.bubble_s;
+  p.num_devices = o.num_devices;
   top_.add(p);
   if (o.fits) {
     ++num_configs_fit;
@@ -262,9 +280,10 @@ std::string encode_outcomes(const std::vector<ConfigOutcome>& outcomes) {
     put_string(out, o.reason_path);
     put_string(out, o.reason);
     for (double v : {o.memory_bound_bytes, o.step_time_s, o.step_time_p99_s, o.tokens_per_s, o.mfu, o.peak_hbm_bytes,
-                     o.peak_ddr_bytes}) {
+                     o.peak_ddr_bytes, o.compute_s, o.exposed_comm_s, o.bubble_s}) {
       put(out, v);
     }
+    put(out, o.num_devices);
     put(out, static_cast<uint8_t>(o.fits));
   }
   return out;
@@ -280,9 +299,10 @@ std::vector<ConfigOutcome> decode_outcomes(const std::string& bytes) {
     o.reason_path = r.get_string();
     o.reason = r.get_string();
     for (double* v : {&o.memory_bound_bytes, &o.step_time_s, &o.step_time_p99_s, &o.tokens_per_s, &o.mfu,
-                      &o.peak_hbm_bytes, &o.peak_ddr_bytes}) {
+                      &o.peak_hbm_bytes, &o.peak_ddr_bytes, &o.compute_s, &o.exposed_comm_s, &o.bubble_s}) {
       *v = r.get<double>();
     }
+    o.num_devices = r.get<int64_t>();
     o.fits = r.get<uint8_t>() != 0;
     out.push_back(std::move(o));
   }

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "report/step_report.hpp"
 #include "search/distributed.hpp"
 #include "search/ranking.hpp"
 #include "search/sweep_space.hpp"
@@ -39,6 +40,12 @@ struct ConfigOutcome {
   double mfu = 0;
   double peak_hbm_bytes = 0;
   double peak_ddr_bytes = 0;
+  // Where the time went on the rank that ends the step (StepReport): compute stream busy, waiting
+  // for collectives, the pipeline bubble.
+  double compute_s = 0;
+  double exposed_comm_s = 0;
+  double bubble_s = 0;
+  int64_t num_devices = 0;
   bool fits = false;  // simulated and within HBM and host DDR
 };
 
@@ -55,8 +62,13 @@ class ConfigEvaluator {
   // A configuration loaded by the caller (capacity planning); `index` only labels the outcome.
   ConfigOutcome evaluate(int64_t index, const LoadedConfig& loaded);
   int64_t num_graphs_built() const { return num_graphs_built_; }
+  // The full step report of a configuration that loads (the sweep's `--explain`), simulated as
+  // the sweep simulates it; throws InputError with the checker's message for one that does not.
+  StepReport explain(int64_t index);
 
  private:
+  // Simulates a loaded scenario with the kept graph, cost model and engine where they still apply.
+  StepReport simulate(const Scenario& s, const LoadedConfig& loaded);
   struct State;
   const SweepSpace& space_;
   bool distinct_ranks_;

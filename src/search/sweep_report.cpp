@@ -68,18 +68,24 @@ Json point_json(const SweepSpace& space, const RankedPoint& p) {
   j["peak_hbm_bytes"] = p.peak_hbm_bytes;
   j["peak_ddr_bytes"] = p.peak_ddr_bytes;
   j["memory_bound_bytes"] = p.memory_bound_bytes;
+  j["tokens_per_s_per_device"] = p.tokens_per_s / static_cast<double>(p.num_devices);
+  j["compute_s"] = p.compute_s;
+  j["exposed_comm_s"] = p.exposed_comm_s;
+  j["bubble_s"] = p.bubble_s;
   j["fits"] = p.fits;
   return j;
 }
 
 void point_table(std::ostringstream& out, const SweepSpace& space, const std::vector<RankedPoint>& points) {
   char line[256];
-  std::snprintf(line, sizeof line, "  %6s %8s %10s %7s %9s %4s  %s\n", "config", "step s", "tokens/s", "MFU", "HBM GB",
-                "fits", "settings");
+  std::snprintf(line, sizeof line, "  %6s %8s %9s %7s %8s %8s %9s %8s %4s  %s\n", "config", "step s", "tok/s/dev",
+                "MFU", "HBM GB", "DDR GB", "exposed s", "bubble s", "fits", "settings");
   out << line;
   for (const RankedPoint& p : points) {
-    std::snprintf(line, sizeof line, "  %6lld %8.3f %10.4g %6.1f%% %9.1f %4s  ", static_cast<long long>(p.index),
-                  p.step_time_s, p.tokens_per_s, 100.0 * p.mfu, p.peak_hbm_bytes / 1e9, p.fits ? "yes" : "no");
+    std::snprintf(line, sizeof line, "  %6lld %8.3f %9.4g %6.1f%% %8.1f %8.1f %9.3f %8.3f %4s  ",
+                  static_cast<long long>(p.index), p.step_time_s, p.tokens_per_s / static_cast<double>(p.num_devices),
+                  100.0 * p.mfu, p.peak_hbm_bytes / 1e9, p.peak_ddr_bytes / 1e9, p.exposed_comm_s, p.bubble_s,
+                  p.fits ? "yes" : "no");
     out << line << config_text(space, p.index) << "\n";
   }
 }
@@ -191,8 +197,8 @@ std::string sweep_csv_header(const SweepSpace& space) {
     out += csv_field(space.axis(a).path);
   }
   return out +
-         ",status,step_time_s,step_time_p99_s,tokens_per_s,mfu,peak_hbm_bytes,peak_ddr_bytes,memory_bound_bytes,fits,"
-         "reason\n";
+         ",status,step_time_s,step_time_p99_s,tokens_per_s,mfu,peak_hbm_bytes,peak_ddr_bytes,memory_bound_bytes,"
+         "tokens_per_s_per_device,compute_s,exposed_comm_s,bubble_s,fits,reason\n";
 }
 
 std::string sweep_csv_row(const SweepSpace& space, const ConfigOutcome& o) {
@@ -205,7 +211,8 @@ std::string sweep_csv_row(const SweepSpace& space, const ConfigOutcome& o) {
   out += status_name(o.status);
   if (o.status == ConfigStatus::simulated) {
     for (double v : {o.step_time_s, o.step_time_p99_s, o.tokens_per_s, o.mfu, o.peak_hbm_bytes, o.peak_ddr_bytes,
-                     o.memory_bound_bytes}) {
+                     o.memory_bound_bytes, o.tokens_per_s / static_cast<double>(o.num_devices), o.compute_s,
+                     o.exposed_comm_s, o.bubble_s}) {
       out += ',';
       out += number(v);
     }
@@ -213,9 +220,9 @@ std::string sweep_csv_row(const SweepSpace& space, const ConfigOutcome& o) {
   } else if (o.status == ConfigStatus::pruned) {
     out += ",,,,,,,";
     out += number(o.memory_bound_bytes);
-    out += ",false";
+    out += ",,,,,false";
   } else {
-    out += ",,,,,,,,false";
+    out += ",,,,,,,,,,,,false";
   }
   out += ',';
   out += csv_field(o.reason);

@@ -76,6 +76,27 @@ with tempfile.TemporaryDirectory() as tmp:
     expect("CSV one row per configuration", len(rows) == j1["num_configs_total"], len(rows))
     expect("CSV in index order", [int(r["config_index"]) for r in rows] == list(range(len(rows))))
     expect("CSV statuses", {r["status"] for r in rows} == {"rejected", "pruned", "simulated"})
+    # The columns plans are compared by, consistent with each other and with the JSON.
+    for r in rows:
+        if r["status"] != "simulated":
+            continue
+        per_device = float(r["tokens_per_s"]) / 8
+        expect("CSV tokens per device", abs(float(r["tokens_per_s_per_device"]) - per_device) <= 1e-9 * per_device, r)
+        expect("CSV breakdown within the step",
+               float(r["compute_s"]) + float(r["exposed_comm_s"]) + float(r["bubble_s"]) <= float(r["step_time_s"]) * (1 + 1e-9), r)
+        expect("CSV peak DDR column", r["peak_ddr_bytes"] != "", r)
+    best = j1["results"][0]
+    for key in ("tokens_per_s_per_device", "compute_s", "exposed_comm_s", "bubble_s", "peak_ddr_bytes"):
+        expect("JSON result key " + key, key in best, best.keys())
+    # --explain: the configuration's full report, the same step time as the sweep found.
+    ex = run("sweep", SMALL, "--explain", str(best["config_index"]), "--json")
+    expect("--explain exit 0", ex.returncode == 0, ex.stderr)
+    if ex.returncode == 0:
+        expect("--explain same step", json.loads(ex.stdout)["step_time_s"] == best["step_time_s"], ex.stdout[:200])
+    bad_ex = run("sweep", SMALL, "--explain", "0")
+    expect("--explain of a rejected plan exit 2", bad_ex.returncode == 2 and "/parallel" in bad_ex.stderr, bad_ex.stderr)
+    out_ex = run("sweep", SMALL, "--explain", "48")
+    expect("--explain out of range exit 2", out_ex.returncode == 2 and out_ex.stderr.startswith("--explain"), out_ex.stderr)
     expect("no temporary files left", sorted(os.listdir(tmp)) == ["one.csv", "two.csv"], os.listdir(tmp))
 
     # Text output: the same whatever the thread count (but for the wall line).

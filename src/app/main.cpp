@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // moesim's command line. Exit codes: 0 ok, 2 bad input (a file, a JSON path or a flag), 1 internal.
 // This is the only place that catches errors and the only place that writes to the terminal.
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -22,6 +23,7 @@
 #include "app/sweep_command.hpp"
 #include "core/error.hpp"
 #include "core/json_input.hpp"
+#include "cost/calibration.hpp"
 #ifdef MOESIM_GPU_MODULE
 #include "app/gpu_commands.hpp"  // built with -Dcuda: calibrate, run, validate, from their own module
 #endif
@@ -49,6 +51,47 @@ struct Options {
 };
 
 void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
+
+// The hardware's calibration file, read whole now (the cost model reads its tables later), so that
+// `hardware info` and `scenario info` refuse a bad table as simulate would.
+void check_calibration(const moesim::HardwareSpec& hw) {
+  if (hw.calibration_input && hw.calibration_json) {
+    (void)moesim::load_calibration(*hw.calibration_input, *hw.calibration_json);
+  }
+}
+
+// A number flag: finite, positive and at most `max` (CLI11's checks let NaN through).
+void check_number_flag(const char* flag, double v, double max) {
+  if (!(std::isfinite(v) && v > 0 && v <= max)) {
+    char shown[64];
+    std::snprintf(shown, sizeof shown, "%g", v);
+    char limit[32];
+    std::snprintf(limit, sizeof limit, "%g", max);
+    throw moesim::InputError(flag, "", std::string("must be a positive number of at most ") + limit + ", got " + shown);
+  }
+}
+
+// A group command without (or with an unknown) subcommand: name the group and its subcommands, as
+// CLI11 says only "A subcommand is required".
+bool explain_missing_subcommand(const CLI::App& app) {
+  const CLI::App* group = &app;
+  std::string where;
+  for (;;) {
+    const auto parsed = group->get_subcommands();
+    if (parsed.empty()) break;
+    group = parsed.front();
+    where += (where.empty() ? "" : " ") + group->get_name();
+  }
+  const auto all = group->get_subcommands([](const CLI::App*) { return true; });
+  if (group == &app || all.empty() || group->get_require_subcommand_min() == 0) return false;
+  std::string names;
+  for (const CLI::App* sub : all) names += (names.empty() ? "" : ", ") + sub->get_name();
+  const auto extra = group->remaining();
+  std::cerr << where << ": "
+            << (extra.empty() ? "a subcommand is required" : "'" + extra.front() + "' is not a subcommand")
+            << " (one of: " << names << ")\n";
+  return true;
+}
 
 // An exported (possibly edited) graph to simulate on scenario `s`'s machine: it must be of the
 // same mesh, so that the scenario's ranks, groups and placement are the graph's.
@@ -168,6 +211,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() != 0 && explain_missing_subcommand(app)) return kExitBadInput;
     const int code = app.exit(e);
     return code == 0 ? 0 : kExitBadInput;
   }
@@ -188,6 +232,10 @@ int main(int argc, char** argv) {
     }
 #endif
     if (sweep->parsed()) return run_sweep_command(sweep_opt);
+    if (plan.devices->parsed()) {
+      check_number_flag("--tokens", plan_opt.tokens, 1e18);  // a million times today's largest runs
+      check_number_flag("--days", plan_opt.days, 36500);    // a century
+    }
     if (plan.devices->parsed() || plan.fit->parsed()) {
       run_plan_command(plan, plan_opt);
       return 0;
@@ -231,10 +279,12 @@ int main(int argc, char** argv) {
     } else if (hw_info->parsed()) {
       const InputText input = read_input(opt.hardware, "hardware", "HARDWARE");
       const HardwareSpec hw = load_hardware(input);
+      check_calibration(hw);
       print(opt.json ? hardware_info_json(input.name, hw) : hardware_info_text(input.name, hw));
     } else if (sc_info->parsed()) {
       const std::string ref = opt.scenario.empty() ? std::string(kDefaultScenario) : opt.scenario;
       const Scenario s = load_scenario(read_input(ref, "scenarios", "SCENARIO"));
+      check_calibration(s.hardware);
       print(opt.json ? scenario_info_json(s) : scenario_info_text(s));
     } else if (graph_stats->parsed()) {
       const std::string ref = opt.scenario.empty() ? std::string(kDefaultScenario) : opt.scenario;

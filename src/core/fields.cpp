@@ -5,7 +5,9 @@ namespace moesim::detail {
 
 std::string describe_bounds(const Bounds& b) {
   std::string out;
-  if (b.min && b.max) return "in [" + format_number(*b.min) + ", " + format_number(*b.max) + "]";
+  if (b.min && b.max) {
+    return std::string(b.min_exclusive ? "in (" : "in [") + format_number(*b.min) + ", " + format_number(*b.max) + "]";
+  }
   if (b.min) out = (b.min_exclusive ? "> " : ">= ") + format_number(*b.min);
   if (b.max) out = "<= " + format_number(*b.max);
   return out;

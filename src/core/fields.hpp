@@ -48,9 +48,10 @@ struct Bounds {
   bool min_exclusive = false;
   std::optional<double> max;
 };
-inline Bounds positive() { return {0.0, true, std::nullopt}; }
-inline Bounds non_negative() { return {0.0, false, std::nullopt}; }
-inline Bounds at_least(double v) { return {v, false, std::nullopt}; }
+// `max` is an upper limit (core/limits.hpp), shown by `moesim describe` like the lower one.
+inline Bounds positive(std::optional<double> max = std::nullopt) { return {0.0, true, max}; }
+inline Bounds non_negative(std::optional<double> max = std::nullopt) { return {0.0, false, max}; }
+inline Bounds at_least(double v, std::optional<double> max = std::nullopt) { return {v, false, max}; }
 inline Bounds between(double lo, double hi) { return {lo, false, hi}; }
 
 
@@ -167,9 +168,10 @@ class FieldReader {
   void check_bounds(const std::string& path, double v, const Bounds& b, const std::string& shown) const {
     const bool low = b.min && (b.min_exclusive ? !(v > *b.min) : !(v >= *b.min));
     const bool high = b.max && !(v <= *b.max);
+    if (!std::isfinite(v)) throw InputError(file_, path, "must be finite, got " + shown);
     if (low || high) {
       std::string rule = detail::describe_bounds(b);
-      if (b.min == 0.0 && b.min_exclusive && !b.max) rule = "positive";
+      if (low && b.min == 0.0 && b.min_exclusive) rule = "positive";
       throw InputError(file_, path, "must be " + rule + ", got " + shown);
     }
   }

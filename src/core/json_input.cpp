@@ -11,6 +11,7 @@
 
 #include "core/embedded.hpp"
 #include "core/error.hpp"
+#include "core/limits.hpp"
 
 namespace moesim {
 namespace fs = std::filesystem;
@@ -52,7 +53,9 @@ std::pair<size_t, size_t> line_column(std::string_view text, size_t offset) {
 }
 
 // Tracks the JSON path while nlohmann's parser walks the document, to reject duplicate keys
-// (nlohmann keeps the last one silently).
+// (nlohmann keeps the last one silently) and nesting deeper than limits::kMaxJsonDepth (every later
+// walk of the tree - dump, copy, the readers - recurses), and to name the path of a value the
+// parser itself refuses (a number beyond a double).
 class DuplicateKeyCheck {
  public:
   explicit DuplicateKeyCheck(const std::string& file) : file_(file) {}
@@ -63,6 +66,11 @@ class DuplicateKeyCheck {
       case Event::object_start:
       case Event::array_start:
         step_into_array_element();
+        if (frames_.size() >= static_cast<size_t>(limits::kMaxJsonDepth)) {
+          throw InputError(file_, current_path(),
+                           "nested more than " + std::to_string(limits::kMaxJsonDepth) +
+                               " levels deep (the limit on objects and arrays within each other)");
+        }
         frames_.push_back(Frame{event == Event::array_start, {}, -1, {}});
         break;
       case Event::key: {
@@ -82,6 +90,17 @@ class DuplicateKeyCheck {
         break;
     }
     return true;
+  }
+
+  // The path of the value being read now (the parser failed inside it): the element after the
+  // last one read in an array, the last key in an object.
+  std::string pending_path() const {
+    std::string path;
+    for (const auto& f : frames_) {
+      path = f.is_array ? path + "/" + std::to_string(f.index + (&f == &frames_.back() ? 1 : 0))
+                        : pointer_append(path, f.key);
+    }
+    return path.empty() ? "/" : path;
   }
 
  private:
@@ -164,6 +183,15 @@ nlohmann::json parse_json(const InputText& input) {
     }
     throw InputError(input.name, "",
                      "invalid JSON at line " + std::to_string(line) + ", column " + std::to_string(column) + ": " + why);
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number literal beyond a double (1e400): nlohmann's 406, "number overflow parsing '1e400'".
+    std::string why = e.what();
+    if (auto q = why.find("parsing '"); q != std::string::npos) why = why.substr(q + 9, why.size() - q - 10);
+    if (why.size() > 40) why = why.substr(0, 37) + "...";
+    throw InputError(input.name, check.pending_path(),
+                     "the number " + why + " is beyond the range of a double (about 1.8e308)");
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(input.name, check.pending_path(), std::string("unreadable JSON: ") + e.what());
   }
 }
 

@@ -5,11 +5,12 @@
 #include <charconv>
 
 #include "core/error.hpp"
+#include "core/limits.hpp"
 
 namespace moesim {
 namespace {
 
-constexpr int64_t kMaxLayer = 1'000'000;  // far above any model; bounds the set's size
+constexpr int64_t kMaxLayer = limits::kMaxLayers;  // a model's layer limit; bounds the set's size
 
 int64_t parse_index(std::string_view s, std::string_view whole) {
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
@@ -21,7 +22,10 @@ int64_t parse_index(std::string_view s, std::string_view whole) {
                      "' is not a layer number (expected e.g. \"1\", \"2-5\", \"4-92:4,93\" or \"all\")");
   }
   if (v < 1) throw ValueError("layer numbers start at 1, got " + std::to_string(v));
-  if (v > kMaxLayer) throw ValueError("layer " + std::to_string(v) + " is out of range");
+  if (v > kMaxLayer) {
+    throw ValueError("layer " + std::to_string(v) + " is out of range (at most " + std::to_string(kMaxLayer) +
+                     ", moesim's limit on layers)");
+  }
   return v;
 }
 
@@ -53,6 +57,11 @@ LayerSet LayerSet::parse(std::string_view text) {
     } else {
       if (step != 1) throw ValueError("a step (':') needs a range, in '" + std::string(item) + "'");
       first = last = parse_index(item, text);
+    }
+    // Repeated ranges ("1-10000,1-10000,...") are merged below; bound what they expand to first.
+    if (static_cast<int64_t>(set.indices_.size()) + (last - first) / step + 1 > 4 * kMaxLayer) {
+      throw ValueError("'" + std::string(text.substr(0, 40)) + (text.size() > 40 ? "..." : "") +
+                       "' lists more than " + std::to_string(4 * kMaxLayer) + " layers");
     }
     for (int64_t i = first; i <= last; i += step) set.indices_.push_back(i);
     pos = comma + 1;

@@ -128,6 +128,7 @@ double parse_quantity(std::string_view text, Dimension d) {
     throw ValueError("'" + std::string(unit) + "' is not a unit of " + std::string(dimension_name(d)) + "; " +
                      expected);
   }
+  if (!std::isfinite(number * factor)) throw ValueError("'" + std::string(text) + "' is beyond the range of a double");
   return number * factor;
 }
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/limits.hpp"
 
 namespace moesim {
 
@@ -109,19 +110,27 @@ Calibration load_calibration(const InputText& input) { return load_calibration(i
 Calibration load_calibration(const InputText& input, const json& root) {
   const Reader r{input.name};
   r.object(root, "");
-  const int version = root.contains("version") && root["version"].is_number_integer() ? root["version"].get<int>() : 0;
+  // Format and version first (the keys allowed depend on the version), read without narrowing:
+  // 2^32 + 3 is not version 3.
+  if (!root.contains("format") || root["format"] != "moesim-calibration") {
+    r.fail("/format", "must be \"moesim-calibration\"");
+  }
+  if (!root.contains("version")) r.fail("/version", "missing required key");
+  const json& version_json = root["version"];
+  const bool in_range = version_json.is_number_unsigned()
+                            ? version_json.get<uint64_t>() >= kOldestVersion && version_json.get<uint64_t>() <= kFormatVersion
+                            : version_json.is_number_integer() && version_json.get<int64_t>() >= kOldestVersion &&
+                                  version_json.get<int64_t>() <= kFormatVersion;
+  if (!version_json.is_number_integer()) r.fail("/version", "must be an integer, got " + version_json.dump().substr(0, 40));
+  if (!in_range) {
+    r.fail("/version", "unsupported version " + version_json.dump() + " (this moesim reads versions " +
+                           std::to_string(kOldestVersion) + " to " + std::to_string(kFormatVersion) + ")");
+  }
+  const auto version = static_cast<int>(version_json.get<int64_t>());
   std::set<std::string> keys{"format", "version", "provenance", "kernels", "other_kernels", "host_copy", "collectives"};
   if (version >= 2) keys.insert("attention");
   if (version >= 3) keys.insert("memory_overhead");
   r.only_keys(root, "", keys);
-  if (!root.contains("format") || root["format"] != "moesim-calibration") {
-    r.fail("/format", "must be \"moesim-calibration\"");
-  }
-  if (!root.contains("version") || !root["version"].is_number_integer()) r.fail("/version", "must be an integer");
-  if (const int v = root["version"].get<int>(); v < kOldestVersion || v > kFormatVersion) {
-    r.fail("/version", "unsupported version " + root["version"].dump() + " (this moesim reads versions " +
-                           std::to_string(kOldestVersion) + " to " + std::to_string(kFormatVersion) + ")");
-  }
   Calibration c;
   c.file = input.name;
   if (root.contains("kernels")) {
@@ -158,7 +167,9 @@ Calibration load_calibration(const InputText& input, const json& root) {
         } catch (const std::exception&) {
           n = 0;
         }
-        if (n < 2) r.fail(gp, "group sizes are integers >= 2");
+        if (n < 2 || n > limits::kMaxDevices) {
+          r.fail(gp, "group sizes are integers >= 2 and at most " + std::to_string(limits::kMaxDevices));
+        }
         c.busbw[{*kind, n}] = r.table(t, gp, "bytes", "busbw_bytes_per_s");
       }
     }

@@ -24,6 +24,7 @@
 #include "core/error.hpp"
 #include "core/fields.hpp"
 #include "core/json_input.hpp"
+#include "core/limits.hpp"
 
 namespace moesim {
 namespace {
@@ -519,7 +520,7 @@ MeshShape read_mesh(const Reader& r, const json& node, const Where& where) {
   Object o(r, node, where);
   // Each degree is bounded so that the rank count cannot overflow (2^20 per dimension is far
   // beyond any machine; the product is checked below).
-  constexpr int64_t max_degree = int64_t{1} << 20;
+  constexpr int64_t max_degree = limits::kMaxDevices;
   MeshShape s;
   s.pp = r.integer(o.need("pp"), where.at("pp"), 1, max_degree);
   s.replicate = r.integer(o.need("replicate"), where.at("replicate"), 1, max_degree);
@@ -541,7 +542,10 @@ MeshShape read_mesh(const Reader& r, const json& node, const Where& where) {
   }
   const double num_ranks = static_cast<double>(s.pp) * static_cast<double>(s.replicate) * static_cast<double>(s.shard) *
                            static_cast<double>(s.cp) * static_cast<double>(s.tp);
-  if (num_ranks > 1e12) r.fail(where, "more than 10^12 ranks");
+  if (num_ranks > static_cast<double>(limits::kMaxDevices)) {
+    r.fail(where, "pp x replicate x shard x cp x tp is more than " + std::to_string(limits::kMaxDevices) +
+                      " ranks (moesim's limit on devices, docs/limits.md)");
+  }
   return s;
 }
 
@@ -550,7 +554,7 @@ void read_routing(const Reader& r, const json& node, const Where& where, const M
   if (node.is_null()) return;
   if (!node.is_object()) r.type_error(where, node, "an object or null");
   Object o(r, node, where);
-  const int64_t num_experts = r.integer(o.need("num_experts"), where.at("num_experts"), 1, int64_t{1} << 24);
+  const int64_t num_experts = r.integer(o.need("num_experts"), where.at("num_experts"), 1, limits::kMaxExperts);
   const int64_t top_k = r.integer(o.need("top_k"), where.at("top_k"), 1, num_experts);
   const int64_t ep = r.integer(o.need("ep"), where.at("ep"), 1);
   if (ep != mesh.ep) {
@@ -560,8 +564,11 @@ void read_routing(const Reader& r, const json& node, const Where& where, const M
   RoutingSpec spec;
   if (const json* j = o.find("distribution")) spec.distribution = r.name<RoutingDistribution>(*j, where.at("distribution"));
   if (const json* j = o.find("skew")) spec.skew = r.amount(*j, where.at("skew"));
+  if (!(spec.skew <= limits::kMaxSkew)) {
+    r.fail(where.at("skew"), "must be at most " + detail::format_number(limits::kMaxSkew) + " (moesim's limit)");
+  }
   if (const json* j = o.find("seed")) spec.seed = r.integer(*j, where.at("seed"), std::numeric_limits<int64_t>::min());
-  if (const json* j = o.find("num_sampled_steps")) spec.num_sampled_steps = r.integer(*j, where.at("num_sampled_steps"), 1);
+  if (const json* j = o.find("num_sampled_steps")) spec.num_sampled_steps = r.integer(*j, where.at("num_sampled_steps"), 1, limits::kMaxSampledSteps);
   if (const json* j = o.find("histogram_file")) spec.histogram = r.string(*j, where.at("histogram_file"));
   std::vector<double> histogram;
   const json* h = o.find("histogram");
@@ -661,10 +668,12 @@ StepGraph import_graph_json(const std::string& text, const std::string& file) {
   g.scenario = r.string(o.need("scenario"), top.at("scenario"));
   const MeshShape mesh = read_mesh(r, o.need("mesh"), top.at("mesh"));
   g.plan = ParallelPlan(mesh);
-  g.num_micro_batches = r.integer(o.need("num_micro_batches"), top.at("num_micro_batches"), 0);
-  g.tokens_per_micro_batch = r.integer(o.need("tokens_per_micro_batch"), top.at("tokens_per_micro_batch"), 0);
-  g.tokens_per_step = r.integer(o.need("tokens_per_step"), top.at("tokens_per_step"), 0);
-  g.seq_len = r.integer(o.need("seq_len"), top.at("seq_len"), 0);
+  g.num_micro_batches =
+      r.integer(o.need("num_micro_batches"), top.at("num_micro_batches"), 0, limits::kMaxMicroBatches);
+  g.tokens_per_micro_batch =
+      r.integer(o.need("tokens_per_micro_batch"), top.at("tokens_per_micro_batch"), 0, limits::kMaxTokensPerStep);
+  g.tokens_per_step = r.integer(o.need("tokens_per_step"), top.at("tokens_per_step"), 0, limits::kMaxTokensPerStep);
+  g.seq_len = r.integer(o.need("seq_len"), top.at("seq_len"), 0, limits::kMaxSequence);
   if (const json* j = o.find("allocator_fragmentation")) {
     g.allocator_fragmentation = r.amount(*j, top.at("allocator_fragmentation"));
   }
@@ -679,6 +688,24 @@ StepGraph import_graph_json(const std::string& text, const std::string& file) {
   }
   g.programs.reserve(programs.size());
   for (size_t i = 0; i < programs.size(); ++i) g.programs.push_back(read_program(r, programs[i], at.at(i), i));
+  // A send or receive names its peer by offset in its group: that member must exist (a pipeline
+  // peer within the stages).
+  for (size_t i = 0; i < g.programs.size(); ++i) {
+    const Program& p = g.programs[i];
+    for (size_t k = 0; k < p.ops.size(); ++k) {
+      const Op& op = p.ops[k];
+      if (op.peer_offset == 0) continue;
+      const int64_t size = g.plan.group_size(op.group);
+      const int64_t peer = op.group == GroupKind::pp ? p.stage + op.peer_offset : op.peer_offset;
+      const bool ok = op.group == GroupKind::pp ? peer >= 0 && peer < size : peer > -size && peer < size;
+      if (!ok) {
+        r.fail(at.at(i).at("ops").at(k).at("peer"),
+               "peer offset " + std::to_string(op.peer_offset) + " leaves the " + std::string(enum_name(op.group)) +
+                   " group of " + std::to_string(size) + " ranks" +
+                   (op.group == GroupKind::pp ? " (this is stage " + std::to_string(p.stage) + ")" : ""));
+      }
+    }
+  }
   o.finish({"format", "version", "scenario", "mesh", "num_micro_batches", "tokens_per_micro_batch", "tokens_per_step",
             "seq_len", "allocator_fragmentation", "expert_dispatch", "routing", "programs"});
   return g;

@@ -4,6 +4,7 @@
 
 
 #include "core/fields.hpp"
+#include "core/limits.hpp"
 
 namespace moesim {
 
@@ -24,21 +25,21 @@ std::optional<FlopsPerSecond> PeakFlopsSpec::of(Dtype d) const {
 
 template <class F>
 void declare_fields(F& f, PeakFlopsSpec& s) {
-  f.maybe("fp32", s.fp32, "Dense FP32 (non-tensor-core) peak.", positive());
-  f.maybe("tf32", s.tf32, "Dense TF32 tensor peak.", positive());
-  f.required("bf16", s.bf16, "Dense BF16 tensor peak.", positive());
-  f.maybe("fp16", s.fp16, "Dense FP16 tensor peak.", positive());
-  f.maybe("fp8", s.fp8, "Dense FP8 tensor peak.", positive());
-  f.maybe("int8", s.int8, "Dense INT8 tensor peak (OP/s), also used for int4 weights.", positive());
-  f.maybe("fp4", s.fp4, "Dense FP4 tensor peak.", positive());
+  f.maybe("fp32", s.fp32, "Dense FP32 (non-tensor-core) peak.", positive(limits::kMaxFlops));
+  f.maybe("tf32", s.tf32, "Dense TF32 tensor peak.", positive(limits::kMaxFlops));
+  f.required("bf16", s.bf16, "Dense BF16 tensor peak.", positive(limits::kMaxFlops));
+  f.maybe("fp16", s.fp16, "Dense FP16 tensor peak.", positive(limits::kMaxFlops));
+  f.maybe("fp8", s.fp8, "Dense FP8 tensor peak.", positive(limits::kMaxFlops));
+  f.maybe("int8", s.int8, "Dense INT8 tensor peak (OP/s), also used for int4 weights.", positive(limits::kMaxFlops));
+  f.maybe("fp4", s.fp4, "Dense FP4 tensor peak.", positive(limits::kMaxFlops));
 }
 
 template <class F>
 void declare_fields(F& f, HostMemorySpec& s) {
   f.required("capacity_per_device", s.capacity_per_device, "Host memory one device can use (node total / devices).",
-             non_negative());
-  f.required("bandwidth", s.bandwidth, "Device <-> host copy bandwidth, each way, per device.", positive());
-  f.required("latency", s.latency, "Latency of a device <-> host copy.", non_negative());
+             non_negative(limits::kMaxBytes));
+  f.required("bandwidth", s.bandwidth, "Device <-> host copy bandwidth, each way, per device.", positive(limits::kMaxBandwidth));
+  f.required("latency", s.latency, "Latency of a device <-> host copy.", non_negative(limits::kMaxLatency));
   f.optional("over_scale_up", s.over_scale_up, false,
              "Host memory is reached over the scale-up fabric (a unified bus): swap copies then share the "
              "device's scale-up port with collectives.");
@@ -49,33 +50,33 @@ void declare_fields(F& f, DeviceSpec& s) {
   f.required("name", s.name, "Device name.");
   f.required("description", s.description, "What one device is: a GPU, a dual-die package, a die.");
   f.required("peak_flops", s.peak_flops, "Dense peak throughput per format (no sparsity).");
-  f.required("hbm_capacity", s.hbm_capacity, "HBM capacity.", positive());
-  f.required("hbm_bandwidth", s.hbm_bandwidth, "HBM bandwidth (read + write).", positive());
+  f.required("hbm_capacity", s.hbm_capacity, "HBM capacity.", positive(limits::kMaxBytes));
+  f.required("hbm_bandwidth", s.hbm_bandwidth, "HBM bandwidth (read + write).", positive(limits::kMaxBandwidth));
   f.required("host_memory", s.host_memory, "The DDR tier reachable from the device.");
   f.optional("num_copy_engines", s.num_copy_engines, int64_t{2},
-             "DMA engines for host copies that run beside compute.", at_least(1));
+             "DMA engines for host copies that run beside compute.", at_least(1, limits::kMaxSmall));
   f.required("kernel_launch_overhead", s.kernel_launch_overhead, "Fixed cost of launching one kernel.",
-             non_negative());
+             non_negative(limits::kMaxLatency));
 }
 
 template <class F>
 void declare_fields(F& f, SwitchTierSpec& s) {
   f.required("name", s.name, "Tier name.");
-  f.required("span", s.span, "Devices that share one switch group of this tier.", positive());
+  f.required("span", s.span, "Devices that share one switch group of this tier.", positive(limits::kMaxDevices));
   f.required("bandwidth_per_device", s.bandwidth_per_device,
-             "Capacity of this tier per device, each way (below the port bandwidth when oversubscribed).", positive());
+             "Capacity of this tier per device, each way (below the port bandwidth when oversubscribed).", positive(limits::kMaxBandwidth));
   f.required("latency", s.latency,
              "Latency of a crossing of this tier. Read and checked but not used yet: collectives take the fabric's "
              "small-message latency (scale_up.latency, scale_out.latency) whatever tiers they cross.",
-             non_negative());
+             non_negative(limits::kMaxLatency));
 }
 
 template <class F>
 void declare_fields(F& f, ScaleUpSpec& s) {
   f.required("technology", s.technology, "NVLink generation, unified bus, ...");
-  f.required("domain_size", s.domain_size, "Devices in one scale-up domain.", positive());
-  f.required("port_bandwidth", s.port_bandwidth, "Scale-up bandwidth per device, each way.", positive());
-  f.required("latency", s.latency, "Small-message latency between two devices of a domain.", non_negative());
+  f.required("domain_size", s.domain_size, "Devices in one scale-up domain.", positive(limits::kMaxDevices));
+  f.required("port_bandwidth", s.port_bandwidth, "Scale-up bandwidth per device, each way.", positive(limits::kMaxBandwidth));
+  f.required("latency", s.latency, "Small-message latency between two devices of a domain.", non_negative(limits::kMaxLatency));
   f.optional("tiers", s.tiers, std::vector<SwitchTierSpec>{},
              "Switch tiers inside the domain, innermost first; the last spans the domain.");
 }
@@ -83,9 +84,9 @@ void declare_fields(F& f, ScaleUpSpec& s) {
 template <class F>
 void declare_fields(F& f, ScaleOutSpec& s) {
   f.required("technology", s.technology, "InfiniBand NDR, RoCE, ...");
-  f.optional("nics_per_device", s.nics_per_device, int64_t{1}, "NICs per device.", positive());
-  f.required("nic_bandwidth", s.nic_bandwidth, "Bandwidth of one NIC, each way.", positive());
-  f.required("latency", s.latency, "Small-message latency between two domains.", non_negative());
+  f.optional("nics_per_device", s.nics_per_device, int64_t{1}, "NICs per device.", positive(limits::kMaxSmall));
+  f.required("nic_bandwidth", s.nic_bandwidth, "Bandwidth of one NIC, each way.", positive(limits::kMaxBandwidth));
+  f.required("latency", s.latency, "Small-message latency between two domains.", non_negative(limits::kMaxLatency));
   f.optional("tiers", s.tiers, std::vector<SwitchTierSpec>{}, "Network switch tiers, innermost first.");
 }
 
@@ -98,7 +99,7 @@ void declare_fields(F& f, FabricSpec& s) {
 template <class F>
 void declare_fields(F& f, EfficiencyCurve& s) {
   f.required("max", s.max, "Largest fraction of the peak reached.", between(0.001, 1));
-  f.optional("half_at", s.half_at, 0.0, "Size at which half of max is reached; 0: always max.", non_negative());
+  f.optional("half_at", s.half_at, 0.0, "Size at which half of max is reached; 0: always max.", non_negative(limits::kMaxSize));
 }
 
 template <class F>
@@ -120,8 +121,8 @@ void declare_fields(F& f, HardwareSpec& s) {
   f.required("name", s.name, "Platform name, as the file is named.");
   f.optional("doc", s.doc, std::string(), "Sources, and which numbers are assumptions.");
   f.required("device", s.device, "One accelerator.");
-  f.required("devices_per_node", s.devices_per_node, "Devices per node (server, tray).", positive());
-  f.maybe("max_devices", s.max_devices, "Largest system of this platform; absent: any number of nodes.", positive());
+  f.required("devices_per_node", s.devices_per_node, "Devices per node (server, tray).", positive(limits::kMaxDevices));
+  f.maybe("max_devices", s.max_devices, "Largest system of this platform; absent: any number of nodes.", positive(limits::kMaxDevices));
   f.required("fabric", s.fabric, "How devices are wired.");
   f.required("efficiency", s.efficiency, "How close kernels and collectives get to the peaks.");
   f.maybe("calibration", s.calibration, "Calibration file (relative to this file) read by the cost model.");
@@ -129,15 +130,15 @@ void declare_fields(F& f, HardwareSpec& s) {
 
 template <class F>
 void declare_fields(F& f, CommunicatorBytes& s) {
-  f.maybe("all_gather", s.all_gather, "Bytes after running all-gathers.", non_negative());
-  f.maybe("reduce_scatter", s.reduce_scatter, "Bytes after running reduce-scatters.", non_negative());
-  f.maybe("all_reduce", s.all_reduce, "Bytes after running all-reduces.", non_negative());
-  f.maybe("all_to_all", s.all_to_all, "Bytes after running all-to-alls.", non_negative());
+  f.maybe("all_gather", s.all_gather, "Bytes after running all-gathers.", non_negative(limits::kMaxBytes));
+  f.maybe("reduce_scatter", s.reduce_scatter, "Bytes after running reduce-scatters.", non_negative(limits::kMaxBytes));
+  f.maybe("all_reduce", s.all_reduce, "Bytes after running all-reduces.", non_negative(limits::kMaxBytes));
+  f.maybe("all_to_all", s.all_to_all, "Bytes after running all-to-alls.", non_negative(limits::kMaxBytes));
 }
 
 template <class F>
 void declare_fields(F& f, StackMemory& s) {
-  f.required("runtime_bytes", s.runtime_bytes, "Device memory in use once the CUDA context exists.", non_negative());
+  f.required("runtime_bytes", s.runtime_bytes, "Device memory in use once the CUDA context exists.", non_negative(limits::kMaxBytes));
   f.required("communicator_bytes", s.communicator_bytes, "A fresh communicator's memory, by the collective kind it ran.");
 }
 

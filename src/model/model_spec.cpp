@@ -2,29 +2,38 @@
 // Field declarations and consistency checks of models/*.json.
 #include "model/model_spec.hpp"
 
+#include <cstdio>
+
 #include "core/fields.hpp"
+#include "core/limits.hpp"
 
 namespace moesim {
 
+using limits::kMaxExperts;
+using limits::kMaxHeads;
+using limits::kMaxLayers;
+using limits::kMaxSmall;
+using limits::kMaxWidth;
+
 template <class F>
 void declare_fields(F& f, GqaSpec& s) {
-  f.required("num_heads", s.num_heads, "Query heads.", positive());
-  f.required("num_kv_heads", s.num_kv_heads, "Key/value heads (equal to num_heads for mha).", positive());
-  f.required("head_dim", s.head_dim, "Dimension of each head.", positive());
+  f.required("num_heads", s.num_heads, "Query heads.", positive(kMaxHeads));
+  f.required("num_kv_heads", s.num_kv_heads, "Key/value heads (equal to num_heads for mha).", positive(kMaxHeads));
+  f.required("head_dim", s.head_dim, "Dimension of each head.", positive(kMaxWidth));
   f.optional("qk_norm", s.qk_norm, false, "RMSNorm on each query and key head (Qwen3).");
 }
 
 template <class F>
 void declare_fields(F& f, MlaSpec& s) {
-  f.required("num_heads", s.num_heads, "Attention heads.", positive());
+  f.required("num_heads", s.num_heads, "Attention heads.", positive(kMaxHeads));
   f.optional("q_lora_rank", s.q_lora_rank, int64_t{0}, "Rank of the query down-projection; 0: none.",
-             non_negative());
-  f.required("kv_lora_rank", s.kv_lora_rank, "Rank of the compressed key/value latent.", positive());
+             non_negative(kMaxWidth));
+  f.required("kv_lora_rank", s.kv_lora_rank, "Rank of the compressed key/value latent.", positive(kMaxWidth));
   f.required("qk_nope_head_dim", s.qk_nope_head_dim, "Per-head query/key dims without rotary embedding.",
-             positive());
+             positive(kMaxWidth));
   f.required("qk_rope_head_dim", s.qk_rope_head_dim, "Per-head query/key dims carrying rotary embedding.",
-             non_negative());
-  f.required("v_head_dim", s.v_head_dim, "Per-head value dims.", positive());
+             non_negative(kMaxWidth));
+  f.required("v_head_dim", s.v_head_dim, "Per-head value dims.", positive(kMaxWidth));
   f.optional("output_gate", s.output_gate, OutputGate::none,
              "Gate on the attention output (K3: a sigmoid gate d -> heads*v_head_dim); low_rank is not "
              "supported for MLA.");
@@ -32,30 +41,30 @@ void declare_fields(F& f, MlaSpec& s) {
 
 template <class F>
 void declare_fields(F& f, DsaIndexerSpec& s) {
-  f.optional("num_heads", s.num_heads, int64_t{64}, "Indexer heads.", positive());
-  f.optional("head_dim", s.head_dim, int64_t{128}, "Indexer head dimension (one shared key per token).", positive());
-  f.optional("top_k", s.top_k, int64_t{2048}, "Keys selected per query token for sparse attention.", positive());
+  f.optional("num_heads", s.num_heads, int64_t{64}, "Indexer heads.", positive(kMaxHeads));
+  f.optional("head_dim", s.head_dim, int64_t{128}, "Indexer head dimension (one shared key per token).", positive(kMaxWidth));
+  f.optional("top_k", s.top_k, int64_t{2048}, "Keys selected per query token for sparse attention.", positive(limits::kMaxSequence));
   f.optional("dtype", s.dtype, Dtype::fp8, "Format the indexer scores are computed in.");
 }
 
 template <class F>
 void declare_fields(F& f, KdaSpec& s) {
-  f.required("num_heads", s.num_heads, "KDA heads.", positive());
-  f.required("head_dim", s.head_dim, "Key and value dimension per head (dk = dv).", positive());
+  f.required("num_heads", s.num_heads, "KDA heads.", positive(kMaxHeads));
+  f.required("head_dim", s.head_dim, "Key and value dimension per head (dk = dv).", positive(kMaxWidth));
   f.optional("short_conv_kernel", s.short_conv_kernel, int64_t{4},
-             "Kernel of the causal depthwise convolution on q, k, v; 0: none.", non_negative());
+             "Kernel of the causal depthwise convolution on q, k, v; 0: none.", non_negative(kMaxSmall));
   f.required("decay_gate_rank", s.decay_gate_rank, "Rank of the low-rank per-channel decay gate projection.",
-             positive());
+             positive(kMaxWidth));
   f.optional("output_gate", s.output_gate, OutputGate::full, "Gate of the gated output norm.");
   f.optional("output_gate_rank", s.output_gate_rank, int64_t{0},
-             "Rank of the output gate when output_gate is low_rank (Kimi Linear: head_dim).", non_negative());
+             "Rank of the output gate when output_gate is low_rank (Kimi Linear: head_dim).", non_negative(kMaxWidth));
   f.optional("chunk_size", s.chunk_size, int64_t{64}, "Chunk length of the chunkwise-parallel training algorithm.",
-             positive());
+             positive(kMaxWidth));
 }
 
 template <class F>
 void declare_fields(F& f, DenseFfnSpec& s) {
-  f.required("intermediate_size", s.intermediate_size, "Width of the dense FFN.", positive());
+  f.required("intermediate_size", s.intermediate_size, "Width of the dense FFN.", positive(kMaxWidth));
 }
 
 template <class F>
@@ -68,17 +77,17 @@ void declare_fields(F& f, RouterSpec& s) {
 
 template <class F>
 void declare_fields(F& f, MoeSpec& s) {
-  f.required("num_experts", s.num_experts, "Routed experts per MoE layer.", positive());
-  f.required("top_k", s.top_k, "Routed experts each token activates.", positive());
+  f.required("num_experts", s.num_experts, "Routed experts per MoE layer.", positive(kMaxExperts));
+  f.required("top_k", s.top_k, "Routed experts each token activates.", positive(kMaxExperts));
   f.required("expert_intermediate_size", s.expert_intermediate_size, "Width of each routed expert's FFN.",
-             positive());
+             positive(kMaxWidth));
   f.optional("num_shared_experts", s.num_shared_experts, int64_t{0}, "Shared experts every token passes through.",
-             non_negative());
+             non_negative(kMaxSmall));
   f.optional("shared_intermediate_size", s.shared_intermediate_size, int64_t{0},
-             "Width of each shared expert; 0: expert_intermediate_size.", non_negative());
+             "Width of each shared expert; 0: expert_intermediate_size.", non_negative(kMaxWidth));
   f.optional("latent_size", s.latent_size, int64_t{0},
              "Latent MoE: routed experts run on x projected d -> latent_size and back (with a norm); 0: none.",
-             non_negative());
+             non_negative(kMaxWidth));
   f.optional("router", s.router, RouterSpec{}, "The router.");
 }
 
@@ -107,31 +116,31 @@ void declare_fields(F& f, BiasSpec& s) {
 template <class F>
 void declare_fields(F& f, AttentionResidualSpec& s) {
   f.required("block_size", s.block_size,
-             "Layers per block; each sub-layer attends over the block summaries and the embedding.", positive());
+             "Layers per block; each sub-layer attends over the block summaries and the embedding.", positive(kMaxLayers));
 }
 
 template <class F>
 void declare_fields(F& f, VisionSpec& s) {
-  f.required("num_layers", s.num_layers, "Encoder layers.", positive());
-  f.required("hidden_size", s.hidden_size, "Encoder width.", positive());
+  f.required("num_layers", s.num_layers, "Encoder layers.", positive(kMaxLayers));
+  f.required("hidden_size", s.hidden_size, "Encoder width.", positive(kMaxWidth));
   f.required("intermediate_size", s.intermediate_size, "Encoder MLP width (GELU, two matrices, biases).",
-             positive());
-  f.required("num_heads", s.num_heads, "Encoder attention heads.", positive());
-  f.required("patch_size", s.patch_size, "Square patch side in pixels.", positive());
-  f.optional("num_channels", s.num_channels, int64_t{3}, "Image channels.", positive());
+             positive(kMaxWidth));
+  f.required("num_heads", s.num_heads, "Encoder attention heads.", positive(kMaxHeads));
+  f.required("patch_size", s.patch_size, "Square patch side in pixels.", positive(kMaxWidth));
+  f.optional("num_channels", s.num_channels, int64_t{3}, "Image channels.", positive(kMaxSmall));
   f.optional("merge_size", s.merge_size, int64_t{1},
-             "merge_size x merge_size patch embeddings are concatenated before the projector.", positive());
+             "merge_size x merge_size patch embeddings are concatenated before the projector.", positive(kMaxSmall));
   f.optional("projector_hidden_size", s.projector_hidden_size, int64_t{0},
-             "Hidden width of the two-layer projector into the text model; 0: one linear layer.", non_negative());
+             "Hidden width of the two-layer projector into the text model; 0: one linear layer.", non_negative(kMaxWidth));
 }
 
 template <class F>
 void declare_fields(F& f, ModelSpec& s) {
   f.required("name", s.name, "Model name, as the files are named.");
   f.optional("doc", s.doc, std::string(), "Where the numbers come from; free text.");
-  f.required("hidden_size", s.hidden_size, "Model width d.", positive());
-  f.required("num_layers", s.num_layers, "Transformer layers.", positive());
-  f.required("vocab_size", s.vocab_size, "Vocabulary size.", positive());
+  f.required("hidden_size", s.hidden_size, "Model width d.", positive(kMaxWidth));
+  f.required("num_layers", s.num_layers, "Transformer layers.", positive(kMaxLayers));
+  f.required("vocab_size", s.vocab_size, "Vocabulary size.", positive(limits::kMaxVocab));
   f.optional("tie_word_embeddings", s.tie_word_embeddings, false, "The LM head reuses the input embedding.");
   f.optional("weight_dtype", s.weight_dtype, Dtype::bf16, "Format the released weights are stored in.");
   f.maybe("expert_weight_dtype", s.expert_weight_dtype,
@@ -140,7 +149,7 @@ void declare_fields(F& f, ModelSpec& s) {
   f.optional("norm", s.norm, NormKind::rmsnorm, "Normalisation (layernorm has a bias).");
   f.optional("position", s.position, PositionKind::rope, "Position encoding.");
   f.optional("max_position_embeddings", s.max_position_embeddings, int64_t{0},
-             "Rows of the learned position table (position = learned only).", non_negative());
+             "Rows of the learned position table (position = learned only).", non_negative(limits::kMaxSequence));
   f.optional("biases", s.biases, BiasSpec{}, "Which linear layers have biases.");
   f.maybe("gqa", s.gqa, "Configuration of mha/gqa layers.");
   f.maybe("mla", s.mla, "Configuration of mla and mla_dsa layers.");
@@ -202,6 +211,7 @@ class ModelChecker {
     if (m_.vision && m_.vision->hidden_size % m_.vision->num_heads != 0) {
       fail("/vision/num_heads", "must divide /vision/hidden_size");
     }
+    check_size();
   }
 
  private:
@@ -278,6 +288,53 @@ class ModelChecker {
     }
     if (moe.num_shared_experts == 0 && moe.shared_intermediate_size != 0) {
       fail("/moe/shared_intermediate_size", "set but num_shared_experts is 0");
+    }
+  }
+
+  // Every field is bounded, but their products are not: an upper estimate of the parameter count
+  // (in doubles, which cannot overflow here) keeps the exact int64 accounting (accounting.cpp) and
+  // everything sized from it far from overflow.
+  void check_size() const {
+    const auto d = static_cast<double>(m_.hidden_size);
+    auto sq = [](double x) { return x * x; };
+    double attention = 0;  // per layer, each configured kind: 16 x (sum of its widths)^2 bounds every product
+    if (m_.gqa) attention += 16 * sq(d + static_cast<double>(m_.gqa->num_heads + m_.gqa->num_kv_heads) * static_cast<double>(m_.gqa->head_dim));
+    if (m_.mla) {
+      const auto& a = *m_.mla;
+      attention += 16 * sq(d + static_cast<double>(a.q_lora_rank + a.kv_lora_rank) +
+                           static_cast<double>(a.num_heads) * static_cast<double>(a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim));
+    }
+    if (m_.dsa_indexer) {
+      attention += 16 * sq(d + static_cast<double>(m_.dsa_indexer->num_heads + 1) * static_cast<double>(m_.dsa_indexer->head_dim) +
+                           static_cast<double>(m_.mla ? m_.mla->q_lora_rank : 0));
+    }
+    if (m_.kda) {
+      const auto& k = *m_.kda;
+      attention += 16 * sq(d + static_cast<double>(k.num_heads) * static_cast<double>(k.head_dim) *
+                                   static_cast<double>(k.short_conv_kernel + 2) +
+                           static_cast<double>(k.decay_gate_rank + k.output_gate_rank));
+    }
+    double ffn = 0;
+    if (m_.dense_ffn) ffn += 4 * d * static_cast<double>(m_.dense_ffn->intermediate_size);
+    if (m_.moe) {
+      const auto& e = *m_.moe;
+      ffn += 4 * static_cast<double>(e.num_experts + e.num_shared_experts + 2) * (d + static_cast<double>(e.latent_size)) *
+             static_cast<double>(e.expert_intermediate_size + e.shared_intermediate_size + 1);
+    }
+    double total = static_cast<double>(m_.num_layers) * (attention + ffn + 8 * d) +
+                   (2 * static_cast<double>(m_.vocab_size) + static_cast<double>(m_.max_position_embeddings)) * d;
+    if (m_.vision) {
+      const auto& v = *m_.vision;
+      const double merged = static_cast<double>(v.hidden_size) * static_cast<double>(v.merge_size * v.merge_size);
+      total += static_cast<double>(v.num_layers) * 16 * sq(static_cast<double>(v.hidden_size + v.intermediate_size)) +
+               sq(static_cast<double>(v.patch_size)) * static_cast<double>(v.num_channels) * static_cast<double>(v.hidden_size) +
+               4 * sq(merged + static_cast<double>(v.projector_hidden_size) + d);
+    }
+    if (!(total <= limits::kMaxParams)) {
+      char shown[32];
+      std::snprintf(shown, sizeof shown, "%.3g", total);
+      fail("/", "the model has about " + std::string(shown) +
+                    " parameters, beyond moesim's limit of 1e15 (docs/limits.md); a field is far too large");
     }
   }
 

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
 #include "scenario/scenario_checks.hpp"
 
+#include <map>
 #include <string>
 
 #include "core/error.hpp"
+#include "core/limits.hpp"
 
 namespace moesim {
 namespace {
@@ -35,6 +37,7 @@ class ScenarioChecker {
   }
 
   void check_stragglers() const {
+    std::map<int64_t, double> slowdown;  // a rank named by several entries runs at their product
     for (size_t i = 0; i < spec_.stragglers.size(); ++i) {
       const auto& ranks = spec_.stragglers[i].ranks;
       for (size_t j = 0; j < ranks.size(); ++j) {
@@ -42,8 +45,30 @@ class ScenarioChecker {
           fail("/stragglers/" + std::to_string(i) + "/ranks/" + std::to_string(j),
                "rank " + str(ranks[j]) + " is not one of the " + str(spec_.num_devices) + " devices");
         }
+        double& f = slowdown.try_emplace(ranks[j], 1.0).first->second;
+        f *= spec_.stragglers[i].slowdown;
+        if (!(f <= limits::kMaxSlowdown)) {
+          fail("/stragglers/" + std::to_string(i) + "/slowdown",
+               "rank " + str(ranks[j]) + "'s slowdowns multiply beyond " + str(static_cast<int64_t>(limits::kMaxSlowdown)) +
+                   " (moesim's limit, docs/limits.md)");
+        }
       }
     }
+  }
+
+  // a x b x ... of plan quantities, each bounded but their product not: refused at `path` beyond
+  // `limit` (never computed past int64).
+  int64_t product(const std::string& path, std::initializer_list<int64_t> factors, int64_t limit,
+                  const std::string& what) const {
+    int64_t out = 1;
+    for (int64_t f : factors) {
+      const auto next = limits::checked_mul(out, f);
+      if (!next || *next > limit) {
+        fail(path, what + " exceeds " + str(limit) + " (moesim's limit, docs/limits.md)");
+      }
+      out = *next;
+    }
+    return out;
   }
 
   void check_devices() const {
@@ -59,7 +84,8 @@ class ScenarioChecker {
 
   void check_degrees() const {
     const auto& p = spec_.parallel;
-    const int64_t product = p.fsdp.replicate * p.fsdp.shard * p.cp * p.tp.degree * p.pp.stages;
+    const int64_t product = this->product("/parallel", {p.fsdp.replicate, p.fsdp.shard, p.cp, p.tp.degree, p.pp.stages},
+                                          limits::kMaxDevices, "the product of the parallel degrees");
     if (product != spec_.num_devices) {
       fail("/parallel", "the degrees multiply to " + str(product) + " (fsdp.replicate " + str(p.fsdp.replicate) +
                             " x fsdp.shard " + str(p.fsdp.shard) + " x cp " + str(p.cp) + " x tp " +
@@ -114,7 +140,8 @@ class ScenarioChecker {
       // (zb_h1 is a schedule of one chunk per stage; ZB-V, its two-chunk form, is not modelled.)
       fail("/parallel/pp/virtual_stages", "more than one virtual stage needs the interleaved_1f1b schedule");
     }
-    const int64_t chunks = pp.stages * pp.virtual_stages;
+    const int64_t chunks = product("/parallel/pp/virtual_stages", {pp.stages, pp.virtual_stages}, limits::kMaxLayers,
+                                   "stages x virtual_stages (model chunks)");
     if (!pp.layers_per_chunk.empty()) {
       if (static_cast<int64_t>(pp.layers_per_chunk.size()) != chunks) {
         fail("/parallel/pp/layers_per_chunk", "needs one count per model chunk (stages x virtual_stages = " +
@@ -170,7 +197,10 @@ class ScenarioChecker {
   void check_batch() const {
     const auto& b = spec_.batch;
     const auto& p = spec_.parallel;
-    const int64_t per_step = b.micro_batch_size * p.dp();
+    (void)product("/batch/global_batch_size", {b.global_batch_size, b.sequence_length}, limits::kMaxTokensPerStep,
+                  "tokens per step (global_batch_size x sequence_length)");
+    const int64_t per_step = product("/batch/micro_batch_size", {b.micro_batch_size, p.fsdp.shard, p.fsdp.replicate},
+                                     limits::kMaxBatch, "micro_batch_size x dp");
     if (b.global_batch_size % per_step != 0) {
       fail("/batch/global_batch_size", "must be a multiple of micro_batch_size x dp (" + str(b.micro_batch_size) +
                                            " x " + str(p.dp()) + " = " + str(per_step) + "), got " +
@@ -183,6 +213,20 @@ class ScenarioChecker {
     if (p.pp.schedule == PipelineSchedule::interleaved_1f1b && p.pp.stages > 1 && micro_steps % p.pp.stages != 0) {
       fail("/batch/global_batch_size", "interleaved 1F1B needs the micro-batch count (" + str(micro_steps) +
                                            ") to be a multiple of the stages (" + str(p.pp.stages) + ")");
+    }
+    // The work the graph builder and the engine would do, before they start: every rank's program
+    // holds each micro-batch's pass through each of its stage's layers.
+    if (micro_steps > limits::kMaxMicroBatches) {
+      fail("/batch/global_batch_size", "gives " + str(micro_steps) + " micro-batches per step (global_batch_size / "
+                                       "(micro_batch_size x dp)), more than moesim's limit of " +
+                                           str(limits::kMaxMicroBatches) + " (docs/limits.md)");
+    }
+    const int64_t layers_per_stage = (model_.num_layers + p.pp.stages - 1) / p.pp.stages + 1;
+    if (micro_steps * layers_per_stage > limits::kMaxLayerPasses) {
+      fail("/batch/global_batch_size", "gives " + str(micro_steps) + " micro-batches x " + str(layers_per_stage) +
+                                           " layers per stage = " + str(micro_steps * layers_per_stage) +
+                                           " layer passes per rank's program, more than moesim's limit of " +
+                                           str(limits::kMaxLayerPasses) + " (docs/limits.md)");
     }
   }
 

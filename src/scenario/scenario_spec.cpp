@@ -2,15 +2,18 @@
 // Field declarations of scenarios/*.json and the loading of what a scenario names.
 #include "scenario/scenario_spec.hpp"
 
+#include <algorithm>
+
 #include "core/fields.hpp"
+#include "core/limits.hpp"
 #include "scenario/scenario_checks.hpp"
 
 namespace moesim {
 
 template <class F>
 void declare_fields(F& f, LoraSpec& s) {
-  f.required("rank", s.rank, "Adapter rank r.", positive());
-  f.required("alpha", s.alpha, "Scaling numerator (the adapter output is scaled by alpha / rank).", positive());
+  f.required("rank", s.rank, "Adapter rank r.", positive(limits::kMaxWidth));
+  f.required("alpha", s.alpha, "Scaling numerator (the adapter output is scaled by alpha / rank).", positive(limits::kMaxSize));
   f.required("targets", s.targets, "Projections that get an adapter; every other weight is frozen.");
   f.optional("dtype", s.dtype, Dtype::bf16, "Format of the adapter weights.");
 }
@@ -49,19 +52,19 @@ void declare_fields(F& f, TrainingSpec& s) {
 
 template <class F>
 void declare_fields(F& f, BatchSpec& s) {
-  f.required("global_batch_size", s.global_batch_size, "Sequences per optimizer step.", positive());
+  f.required("global_batch_size", s.global_batch_size, "Sequences per optimizer step.", positive(limits::kMaxBatch));
   f.optional("micro_batch_size", s.micro_batch_size, int64_t{1},
              "Sequences per data-parallel rank per micro-step; global / (micro x dp) micro-steps accumulate.",
-             positive());
-  f.required("sequence_length", s.sequence_length, "Tokens per sequence.", positive());
+             positive(limits::kMaxBatch));
+  f.required("sequence_length", s.sequence_length, "Tokens per sequence.", positive(limits::kMaxSequence));
 }
 
 template <class F>
 void declare_fields(F& f, FsdpSpec& s) {
   f.optional("shard", s.shard, int64_t{1},
              "Data-parallel ranks that shard state among them (with cp: the shard group is shard x cp ranks).",
-             positive());
-  f.optional("replicate", s.replicate, int64_t{1}, "Replicate groups (HSDP; plain DP when shard is 1).", positive());
+             positive(limits::kMaxDevices));
+  f.optional("replicate", s.replicate, int64_t{1}, "Replicate groups (HSDP; plain DP when shard is 1).", positive(limits::kMaxDevices));
   f.optional("zero_stage", s.zero_stage, int64_t{3},
              "What the shard group shards: 0 nothing (DDP), 1 optimizer states and master weights (Megatron's "
              "distributed optimizer), 2 gradients too (ZeRO-2), 3 parameters too (FSDP2).",
@@ -74,29 +77,29 @@ void declare_fields(F& f, FsdpSpec& s) {
   f.optional("prefetch", s.prefetch, int64_t{1},
              "Units gathered ahead of their use; 0: a unit's gathers start only when it is reached (after the compute "
              "before it), fully exposed.",
-             non_negative());
+             non_negative(limits::kMaxSmall));
 }
 
 template <class F>
 void declare_fields(F& f, TensorParallelSpec& s) {
-  f.optional("degree", s.degree, int64_t{1}, "Tensor parallel degree (Megatron style).", positive());
+  f.optional("degree", s.degree, int64_t{1}, "Tensor parallel degree (Megatron style).", positive(limits::kMaxDevices));
   f.optional("sequence_parallel", s.sequence_parallel, true,
              "Shard norms and dropout along the sequence between TP regions.");
 }
 
 template <class F>
 void declare_fields(F& f, PipelineSpec& s) {
-  f.optional("stages", s.stages, int64_t{1}, "Pipeline stages.", positive());
+  f.optional("stages", s.stages, int64_t{1}, "Pipeline stages.", positive(limits::kMaxDevices));
   f.optional("schedule", s.schedule, PipelineSchedule::one_f_one_b,
              "Pipeline schedule: 1f1b, interleaved_1f1b (with virtual_stages), or zb_h1 (1F1B with each weight "
              "gradient split from its backward and deferred into the bubble: zero-bubble ZB-H1).");
   f.optional("virtual_stages", s.virtual_stages, int64_t{1}, "Model chunks per stage (interleaved_1f1b only).",
-             positive());
+             positive(limits::kMaxVirtualStages));
   f.optional("layers_per_chunk", s.layers_per_chunk, std::vector<int64_t>{},
              "Layers of each model chunk in pipeline order, stages x virtual_stages counts (chunk c on stage c % "
              "stages); the embedding is part of the first chunk, the head and loss of the last. Empty: an even "
              "split.",
-             non_negative());
+             non_negative(limits::kMaxLayers));
 }
 
 template <class F>
@@ -105,19 +108,19 @@ void declare_fields(F& f, ParallelSpec& s) {
   f.optional("ep", s.ep, int64_t{1},
              "Expert parallel degree; experts are split over EP ranks, each expert's weights FSDP-sharded over the "
              "remaining (shard x cp x (tp / expert_tensor_parallel) / ep) ranks.",
-             positive());
+             positive(limits::kMaxDevices));
   f.optional("tp", s.tp, TensorParallelSpec{}, "Tensor parallelism.");
   f.optional("expert_tensor_parallel", s.expert_tensor_parallel, int64_t{0},
              "Tensor parallel degree of the routed experts, a divisor of tp.degree (Megatron-Core's "
              "expert_tensor_parallel_size); below tp.degree, expert parallelism also spans the remaining TP ranks "
              "(MoE parallel folding). 0: tp.degree.",
-             non_negative());
+             non_negative(limits::kMaxDevices));
   f.optional("ep_dispatch", s.ep_dispatch, ExpertDispatch::direct,
              "How the expert all-to-all crosses scale-up domains: direct sends every token copy to its expert's "
              "rank; hierarchical sends a token once per destination domain, which fans it out over the scale-up "
              "fabric (DeepEP); the same inside one domain.");
   f.optional("pp", s.pp, PipelineSpec{}, "Pipeline parallelism.");
-  f.optional("cp", s.cp, int64_t{1}, "Context parallel degree (sequence split across ranks).", positive());
+  f.optional("cp", s.cp, int64_t{1}, "Context parallel degree (sequence split across ranks).", positive(limits::kMaxDevices));
 }
 
 template <class F>
@@ -140,19 +143,19 @@ void declare_fields(F& f, LossSpec& s) {
   f.optional("kind", s.kind, LossKind::full,
              "full materialises all logits; chunked splits along the sequence; cce along the vocabulary, never "
              "materialising the logits.");
-  f.optional("chunk_tokens", s.chunk_tokens, int64_t{0}, "Tokens per chunk (chunked only).", non_negative());
-  f.optional("vocab_chunk", s.vocab_chunk, int64_t{0}, "Vocabulary entries per chunk (cce only).", non_negative());
+  f.optional("chunk_tokens", s.chunk_tokens, int64_t{0}, "Tokens per chunk (chunked only).", non_negative(limits::kMaxSequence));
+  f.optional("vocab_chunk", s.vocab_chunk, int64_t{0}, "Vocabulary entries per chunk (cce only).", non_negative(limits::kMaxVocab));
 }
 
 template <class F>
 void declare_fields(F& f, RoutingSpec& s) {
   f.optional("distribution", s.distribution, RoutingDistribution::uniform, "How tokens spread over experts.");
-  f.optional("skew", s.skew, 0.0, "Zipf exponent of expert popularity (skewed only; 0 is uniform).", non_negative());
+  f.optional("skew", s.skew, 0.0, "Zipf exponent of expert popularity (skewed only; 0 is uniform).", non_negative(limits::kMaxSkew));
   f.optional("histogram", s.histogram, std::string(),
              "JSON file of tokens per expert, relative to the scenario (histogram only).");
-  f.optional("seed", s.seed, int64_t{1}, "Seed of the routing sampler.", non_negative());
+  f.optional("seed", s.seed, int64_t{1}, "Seed of the routing sampler.", non_negative(limits::kMaxSize));
   f.optional("num_sampled_steps", s.num_sampled_steps, int64_t{1},
-             "Steps simulated with freshly sampled routing (for P50/P99).", positive());
+             "Steps simulated with freshly sampled routing (for P50/P99).", positive(limits::kMaxSampledSteps));
 }
 
 template <class F>
@@ -179,11 +182,11 @@ void declare_fields(F& f, MemoryOverheadSpec& s) {
   f.maybe("runtime_reserved", s.runtime_reserved,
           "Device memory the runtime holds (CUDA context, library workspaces, framework state). Absent: what the "
           "hardware's calibration file measured (memory_overhead.runtime_bytes), else 1 GB.",
-          non_negative());
+          non_negative(limits::kMaxBytes));
   f.maybe("comm_buffer_per_group", s.comm_buffer_per_group,
           "Collective-library buffers per communicator (process group with more than one member). Absent: what "
           "the hardware's calibration file measured (memory_overhead.communicator_bytes), else 128 MiB.",
-          non_negative());
+          non_negative(limits::kMaxBytes));
   f.optional("allocator_fragmentation", s.allocator_fragmentation, 0.0,
              "Memory an allocator loses beyond the simulated best-fit placement of transient tensors (rounding, "
              "split blocks, caches per stream), as a fraction of that placement's slab. 0: an allocator that places "
@@ -194,7 +197,7 @@ void declare_fields(F& f, MemoryOverheadSpec& s) {
 template <class F>
 void declare_fields(F& f, StragglerSpec& s) {
   f.required("ranks", s.ranks, "Ranks (0-based) that run slow.");
-  f.required("slowdown", s.slowdown, "Factor on their kernel times: 1.2 is 20% slower.", at_least(1.0));
+  f.required("slowdown", s.slowdown, "Factor on their kernel times: 1.2 is 20% slower.", at_least(1.0, limits::kMaxSlowdown));
 }
 
 template <class F>
@@ -214,7 +217,7 @@ void declare_fields(F& f, ScenarioSpec& s) {
   f.optional("doc", s.doc, std::string(), "What the scenario represents and why its numbers were chosen.");
   f.required("model", s.model, "Model file (relative to this file) or shipped model name.");
   f.required("hardware", s.hardware, "Hardware file (relative to this file) or shipped hardware name.");
-  f.required("num_devices", s.num_devices, "Devices the plan uses.", positive());
+  f.required("num_devices", s.num_devices, "Devices the plan uses.", positive(limits::kMaxDevices));
   f.required("training", s.training, "Mode, precision and optimizer.");
   f.required("batch", s.batch, "Batch and sequence.");
   f.optional("parallel", s.parallel, ParallelSpec{}, "The parallel plan.");
@@ -242,6 +245,25 @@ ScenarioSpec read_spec(const std::string& file, const nlohmann::json& root) {
 // scenario again. Whether a combination is a possible plan is the sweep's business.
 void check_sweep_values(const std::string& file, const nlohmann::json& root, const ScenarioSpec& spec) {
   const std::vector<FieldRow> rows = describe_scenario_fields();
+  // The sweep's size first, before any value is read: each configuration is a scenario to load and
+  // simulate, each value a scenario read here.
+  int64_t configs = 1;
+  int64_t values = 0;
+  for (size_t a = 0; a < spec.sweep.axes.size(); ++a) {
+    const auto n = static_cast<int64_t>(spec.sweep.axes[a].values.size());
+    values += n;
+    const std::string axis_path = "/sweep/axes/" + std::to_string(a) + "/values";
+    if (values > limits::kMaxSweepValues) {
+      throw InputError(file, axis_path, "the axes list more than " + std::to_string(limits::kMaxSweepValues) +
+                                            " values in all (moesim's limit, docs/limits.md)");
+    }
+    const auto product = limits::checked_mul(configs, std::max<int64_t>(n, 1));
+    if (!product || *product > limits::kMaxSweepConfigs) {
+      throw InputError(file, axis_path, "the axes multiply to more than " + std::to_string(limits::kMaxSweepConfigs) +
+                                            " configurations (moesim's limit, docs/limits.md); split the sweep");
+    }
+    configs = *product;
+  }
   for (size_t a = 0; a < spec.sweep.axes.size(); ++a) {
     const auto& axis = spec.sweep.axes[a];
     const std::string axis_path = "/sweep/axes/" + std::to_string(a);
@@ -273,9 +295,14 @@ std::vector<double> load_routing_histogram(const InputText& input, const ModelSp
   } h;
   FieldReader reader(input.name, root, "");
   if (!root.is_object()) throw InputError(input.name, "/", "expected an object with tokens_per_expert");
-  reader.required("tokens_per_expert", h.tokens_per_expert, "", non_negative());
+  reader.required("tokens_per_expert", h.tokens_per_expert, "", non_negative(limits::kMaxTokenCount));
   reader.reject_unknown_keys();
   const int64_t experts = model.moe ? model.moe->num_experts : 0;
+  if (h.tokens_per_expert.size() > static_cast<size_t>(limits::kMaxExperts)) {
+    throw InputError(input.name, "/tokens_per_expert",
+                     "has " + std::to_string(h.tokens_per_expert.size()) + " entries, more than moesim's limit of " +
+                         std::to_string(limits::kMaxExperts) + " experts");
+  }
   if (static_cast<int64_t>(h.tokens_per_expert.size()) != experts) {
     throw InputError(input.name, "/tokens_per_expert",
                      "has " + std::to_string(h.tokens_per_expert.size()) + " entries; the model has " +

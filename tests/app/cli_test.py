@@ -11,6 +11,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 MOESIM = sys.argv[1]
 failures = []
@@ -155,15 +157,56 @@ with tempfile.TemporaryDirectory() as tmp:
     r = run("simulate", scenario, "--graph", os.path.join(tmp, "none.json"))
     expect("simulate --graph missing", r.returncode == 2 and r.stderr.startswith("--graph"), r.stderr)
 
-# Bad input: exit code 2, a message naming the file and JSON path, nothing on stdout.
+# Bad input: exit code 2, a message naming the file and JSON path, nothing on stdout, within a
+# time and memory bound (hostile inputs, issue 21: tests/data/make_bad_inputs.py groups them by class).
+BAD_SECONDS = 10           # each refusal; they take milliseconds
+BAD_RSS_BYTES = 1 << 30    # each refusal's peak resident memory (ASan builds included)
+
+
+def run_bounded(args, cwd=None):
+    """Runs moesim with a timeout; returns (returncode, stdout, stderr, seconds, peak RSS bytes)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.monotonic()
+        p = subprocess.Popen([os.path.abspath(MOESIM), *args], stdout=out, stderr=err, cwd=cwd)
+        timer = threading.Timer(BAD_SECONDS * 3, p.kill)
+        timer.start()
+        _, status, usage = os.wait4(p.pid, 0)
+        timer.cancel()
+        p.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.monotonic() - start
+        out.seek(0)
+        err.seek(0)
+        return (p.returncode, out.read().decode(errors="replace"), err.read().decode(errors="replace"), seconds,
+                usage.ru_maxrss * 1024)
+
+
+def expect_refused(name, args, prefix, message, cwd=None):
+    rc, out, err, seconds, rss = run_bounded(args, cwd)
+    expect(name, rc == 2 and err.startswith(prefix) and message in err and out == "",
+           f"rc={rc} stderr={err[:400]!r}")
+    expect(name + " time", seconds < BAD_SECONDS, f"{seconds:.1f} s")
+    expect(name + " memory", rss < BAD_RSS_BYTES, f"{rss / 2**20:.0f} MiB")
+
+
 with open("tests/data/bad/cases.json") as f:
     cases = json.load(f)
 commands = {"model": ["model", "info"], "hardware": ["hardware", "info"], "scenario": ["scenario", "info"]}
 for c in cases:
-    r = run(*commands[c["kind"]], "tests/data/bad/" + c["file"])
     prefix = "tests/data/bad/" + c["error_file"] + ": " + (c["path"] + ": " if c["path"] else "")
-    expect("bad " + c["file"], r.returncode == 2 and r.stderr.startswith(prefix) and c["message"] in r.stderr
-           and r.stdout == "", f"rc={r.returncode} stderr={r.stderr!r}")
+    expect_refused(f"bad {c['file']} ({c.get('class')})", [*commands[c["kind"]], "tests/data/bad/" + c["file"]],
+                   prefix, c["message"])
+classes = {c.get("class") for c in cases}
+# The other readers (calibration files, exported graphs) and flags, run from tests/data/bad/.
+with open("tests/data/bad/cli_cases.json") as f:
+    cli_cases = json.load(f)
+for c in cli_cases:
+    expect_refused(f"bad {c['name']} ({c['class']})", c["args"], c["error"], c["message"], cwd="tests/data/bad")
+classes |= {c["class"] for c in cli_cases}
+expect("bad input classes", {"schema", "crash", "literal", "absurd", "unbounded", "location"} <= classes, str(classes))
+expect("bad input count", len(cases) + len(cli_cases) >= 116, str(len(cases) + len(cli_cases)))
+# The fixtures the graph cases derive from is itself valid (so each case fails for its one mistake).
+rc, out, err, _, _ = run_bounded(["graph", "import", "graph/valid.json"], cwd="tests/data/bad")
+expect("bad graph base is valid", rc == 0, err)
 
 # Bad flags and arguments.
 for args, fragment in [

@@ -1,7 +1,15 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """Writes tests/data/bad/: malformed input files, each one mistake away from a shipped file, and
-cases.json, the error each must produce (file, JSON path, message fragment).
+cases.json, the error each must produce (file, JSON path, message fragment), read by
+tests/scenario/test_bad_inputs.cpp and tests/app/cli_test.py; and cli_cases.json, hostile inputs
+for the other readers (calibration files, exported graphs, flags), read by cli_test.py only.
+
+Every case has a class (issue 21): schema (a plain mistake), crash (inputs that used to crash:
+deep nesting, products past 64 bits), literal (numbers beyond a double), absurd (values beyond
+the physical bounds of docs/limits.md), unbounded (work beyond moesim's limits), location (errors
+that used to name the wrong file or path). cli_test.py wants exit 2, the file and path at the start
+of stderr, the message, nothing on stdout, and each run within a time and memory bound.
 
 Run from the project root after a schema change: python3 tests/data/make_bad_inputs.py
 The files are committed; the tests read them, they never regenerate them.
@@ -19,6 +27,10 @@ def load(path):
         return json.load(f)
 
 
+CLASS = "schema"
+cli_cases = []
+
+
 def write(name, data, kind, path, message, raw=None, error_file=None):
     """One malformed file: `kind` says which loader reads it (model, hardware, scenario);
     error_file names the file the error is about when it is not this one."""
@@ -26,7 +38,20 @@ def write(name, data, kind, path, message, raw=None, error_file=None):
     rel = f"{kind}/{name}.json"
     with open(os.path.join(OUT, rel), "w") as f:
         f.write(raw if raw is not None else json.dumps(data, indent=2) + "\n")
-    cases.append({"file": rel, "kind": kind, "path": path, "message": message, "error_file": error_file or rel})
+    cases.append({"file": rel, "kind": kind, "class": CLASS, "path": path, "message": message,
+                  "error_file": error_file or rel})
+
+
+def write_support(rel, data=None, raw=None):
+    os.makedirs(os.path.dirname(os.path.join(OUT, rel)), exist_ok=True)
+    with open(os.path.join(OUT, rel), "w") as f:
+        f.write(raw if raw is not None else json.dumps(data, indent=2) + "\n")
+
+
+def cli(name, args, error, message, klass):
+    """A command line that must fail with exit 2: stderr starts with `error` (the file and JSON path
+    or the flag) and holds `message`; files are named relative to tests/data/bad/."""
+    cli_cases.append({"name": name, "class": klass, "args": args, "error": error, "message": message})
 
 
 def mutate(base, fn):
@@ -127,7 +152,7 @@ write("sweep-bad-value", mutate(scenario, setp("/sweep", {"axes": [{"path": "/pa
 write("histogram-length", mutate(scenario, lambda d: d.update(routing={"distribution": "histogram", "histogram": "../routing/short-histogram.json"})), "scenario", "/tokens_per_expert", "has 3 entries; the model has 896 experts", error_file="routing/short-histogram.json")
 write("seq-cp", mutate(scenario, lambda d: (d["parallel"].update(cp=2), d["parallel"]["fsdp"].update(shard=64), d["parallel"].update(ep=64), d["batch"].update(sequence_length=32767, global_batch_size=64))), "scenario", "/batch/sequence_length", "must be divisible by cp (2)")
 write("straggler-rank", mutate(scenario, setp("/stragglers", [{"ranks": [3, 128], "slowdown": 1.2}])), "scenario", "/stragglers/0/ranks/1", "rank 128 is not one of the 128 devices")
-write("straggler-speedup", mutate(scenario, setp("/stragglers", [{"ranks": [3], "slowdown": 0.5}])), "scenario", "/stragglers/0/slowdown", "must be >= 1, got 0.5")
+write("straggler-speedup", mutate(scenario, setp("/stragglers", [{"ranks": [3], "slowdown": 0.5}])), "scenario", "/stragglers/0/slowdown", "must be in [1, 1000], got 0.5")
 write("fragmentation", mutate(scenario, setp("/memory", {"allocator_fragmentation": 1.5})), "scenario", "/memory/allocator_fragmentation", "must be in [0, 1], got 1.5")
 write("runtime-unit", mutate(scenario, setp("/memory", {"runtime_reserved": "1 GHz"})), "scenario", "/memory/runtime_reserved", "is not a unit of bytes")
 
@@ -135,7 +160,167 @@ os.makedirs(os.path.join(OUT, "routing"), exist_ok=True)
 with open(os.path.join(OUT, "routing", "short-histogram.json"), "w") as f:
     f.write('{"tokens_per_expert": [1, 2, 3]}\n')
 
+# --- issue 21: hostile inputs, by class ------------------------------------------------------------
+DEPTH = 128  # src/core/limits.hpp kMaxJsonDepth
+model_text = json.dumps(model, indent=2)
+hw_text = json.dumps(hw, indent=2)
+scenario_text = json.dumps(scenario, indent=2)
+
+
+def replace_once(text, old, new):
+    assert text.count(old) == 1, old
+    return text.replace(old, new)
+
+
+CLASS = "crash"
+deep = "[" * 30000 + "]" * 30000
+write("deep-array", None, "model", "/name" + "/0" * (DEPTH - 1), "nested more than 128 levels deep",
+      raw=replace_once(model_text, '"name": "kimi-k3"', '"name": ' + deep))
+write("deep-object", None, "hardware", "/doc" + "/a" * (DEPTH - 1), "nested more than 128 levels deep",
+      raw=replace_once(hw_text, '"name": "h200-hgx"', '"name": "h200-hgx", "doc": ' + '{"a": ' * 20000 + "1" + "}" * 20000))
+write("deep-sweep-value", None, "scenario", "/sweep/axes/0/values/0" + "/0" * (DEPTH - 5), "nested more than 128 levels deep",
+      raw=scenario_text[:-2] + ', "sweep": {"axes": [{"path": "/parallel/ep", "values": [' + deep + ']}]}\n}\n')
+write("deep-unclosed", None, "scenario", "/0" * DEPTH, "nested more than 128 levels deep", raw="[" * 100000)
+write("pp-chunks-overflow", mutate(scenario, lambda d: (d["parallel"]["pp"].update(stages=16, schedule="interleaved_1f1b", virtual_stages=1024), d["parallel"]["fsdp"].update(shard=8), d["parallel"].update(ep=8))), "scenario", "/parallel/pp/virtual_stages", "stages x virtual_stages (model chunks) exceeds 10000")
+write("virtual-stages-2p62", mutate(scenario, lambda d: d["parallel"]["pp"].update(stages=1, schedule="interleaved_1f1b", virtual_stages=2**62)), "scenario", "/parallel/pp/virtual_stages", "must be in (0, 1024], got 4611686018427387904")
+write("degrees-overflow", mutate(scenario, lambda d: (d["parallel"]["fsdp"].update(shard=2**20, replicate=2**20), d["parallel"]["tp"].update(degree=2**20), d["parallel"].update(cp=2**20))), "scenario", "/parallel", "the product of the parallel degrees exceeds 1048576")
+write("micro-dp-overflow", mutate(scenario, setp("/batch/micro_batch_size", 2**30)), "scenario", "/batch/micro_batch_size", "micro_batch_size x dp exceeds 1073741824")
+write("global-batch-2p62", mutate(scenario, setp("/batch/global_batch_size", 2**62)), "scenario", "/batch/global_batch_size", "must be in (0, 1073741824], got 4611686018427387904")
+write("tokens-per-step", mutate(scenario, lambda d: d["batch"].update(global_batch_size=2**30, sequence_length=2**26)), "scenario", "/batch/global_batch_size", "tokens per step (global_batch_size x sequence_length) exceeds 1099511627776")
+write("int64-max-plus-one", None, "model", "/hidden_size", "integer 9223372036854775808 is too large",
+      raw=replace_once(model_text, '"hidden_size": 7168', '"hidden_size": 9223372036854775808'))
+write("uint64-overflow", None, "model", "/hidden_size", "expected an integer, got a number",
+      raw=replace_once(model_text, '"hidden_size": 7168', '"hidden_size": 99999999999999999999999'))
+
+CLASS = "literal"
+write("number-1e400", None, "model", "/hidden_size", "the number 1e400 is beyond the range of a double",
+      raw=replace_once(model_text, '"hidden_size": 7168', '"hidden_size": 1e400'))
+write("number-1e400-top", None, "model", "/", "the number 1e400 is beyond the range of a double", raw="1e400\n")
+write("number-neg-1e400", None, "model", "/moe/top_k", "the number -1e400 is beyond the range of a double",
+      raw=replace_once(model_text, '"top_k": 16', '"top_k": -1e400'))
+write("number-1e400-half-at", None, "hardware", "/efficiency/gemm/half_at", "beyond the range of a double",
+      raw=replace_once(hw_text, '"half_at": ' + json.dumps(hw["efficiency"]["gemm"]["half_at"]), '"half_at": 1e400'))
+write("number-1e400-seed", None, "scenario", "/routing/seed", "beyond the range of a double",
+      raw=replace_once(scenario_text, '"seed": ' + json.dumps(scenario["routing"]["seed"]), '"seed": 1e400'))
+write("number-1e400-array", None, "scenario", "/stragglers/0/ranks/1", "beyond the range of a double",
+      raw=scenario_text[:-2] + ', "stragglers": [{"ranks": [3, 1e400], "slowdown": 1.5}]\n}\n')
+write("number-1e400-sweep", None, "scenario", "/sweep/axes/0/values/1", "beyond the range of a double",
+      raw=scenario_text[:-2] + ', "sweep": {"axes": [{"path": "/routing/skew", "values": [0, 1e400]}]}\n}\n')
+write("quantity-1e308-tbs", mutate(hw, setp("/device/hbm_bandwidth", "1e308 TB/s")), "hardware", "/device/hbm_bandwidth", "'1e308 TB/s' is beyond the range of a double")
+write("quantity-1e400", mutate(hw, setp("/device/hbm_capacity", "1e400 GB")), "hardware", "/device/hbm_capacity", "is not a quantity")
+write_support("routing/overflow-histogram.json", raw='{"tokens_per_expert": [1, 2, 3, 1e400]}\n')
+write("histogram-1e400", mutate(scenario, lambda d: d.update(routing={"distribution": "histogram", "histogram": "../routing/overflow-histogram.json"})), "scenario", "/tokens_per_expert/3", "beyond the range of a double", error_file="routing/overflow-histogram.json")
+write_support("routing/huge-histogram.json", {"tokens_per_expert": [1e300] + [1] * 895})
+write("histogram-1e300", mutate(scenario, lambda d: d.update(routing={"distribution": "histogram", "histogram": "../routing/huge-histogram.json"})), "scenario", "/tokens_per_expert/0", "must be in [0, 1e+15], got 1e+300", error_file="routing/huge-histogram.json")
+
+CLASS = "absurd"
+write("hidden-2p63", mutate(model, setp("/hidden_size", 2**63 - 1)), "model", "/hidden_size", "must be in (0, 1048576], got 9223372036854775807")
+write("experts-2p40", mutate(model, setp("/moe/num_experts", 2**40)), "model", "/moe/num_experts", "must be in (0, 1048576], got 1099511627776")
+write("layers-2p40", mutate(model, setp("/num_layers", 2**40)), "model", "/num_layers", "must be in (0, 10000], got 1099511627776")
+write("vocab-2p40", mutate(model, setp("/vocab_size", 2**40)), "model", "/vocab_size", "must be in (0, 16777216], got 1099511627776")
+write("heads-2p40", mutate(model, setp("/mla/num_heads", 2**40)), "model", "/mla/num_heads", "must be in (0, 65536]")
+write("params-1e18", mutate(model, lambda d: d["moe"].update(num_experts=2**20, expert_intermediate_size=2**20)), "model", "/", "parameters, beyond moesim's limit of 1e15")
+write("width-float", mutate(model, setp("/hidden_size", 1e300)), "model", "/hidden_size", "expected an integer, got a number")
+write("hbm-bandwidth-absurd", mutate(hw, setp("/device/hbm_bandwidth", "1e6 TB/s")), "hardware", "/device/hbm_bandwidth", "must be in (0, 1e+15], got '1e6 TB/s'")
+write("peak-absurd", mutate(hw, setp("/device/peak_flops/bf16", "1e9 PFLOP/s")), "hardware", "/device/peak_flops/bf16", "must be in (0, 1e+18]")
+write("hbm-capacity-absurd", mutate(hw, setp("/device/hbm_capacity", "1e9 TB")), "hardware", "/device/hbm_capacity", "must be in (0, 1e+15]")
+write("latency-absurd", mutate(hw, setp("/fabric/scale_up/latency", "1e6 s")), "hardware", "/fabric/scale_up/latency", "must be in [0, 1]")
+write("devices-per-node-absurd", mutate(hw, setp("/devices_per_node", 2**40)), "hardware", "/devices_per_node", "must be in (0, 1048576]")
+write("copy-engines-absurd", mutate(hw, setp("/device/num_copy_engines", 10**6)), "hardware", "/device/num_copy_engines", "must be in [1, 1024]")
+write("sequence-2p40", mutate(scenario, setp("/batch/sequence_length", 2**40)), "scenario", "/batch/sequence_length", "must be in (0, 67108864], got 1099511627776")
+write("straggler-1e308", mutate(scenario, setp("/stragglers", [{"ranks": [3], "slowdown": 1e308}])), "scenario", "/stragglers/0/slowdown", "must be in [1, 1000], got 1e+308")
+write("straggler-product", mutate(scenario, setp("/stragglers", [{"ranks": [3], "slowdown": 100}, {"ranks": [3], "slowdown": 100}])), "scenario", "/stragglers/1/slowdown", "rank 3's slowdowns multiply beyond 1000")
+write("skew-absurd", mutate(scenario, lambda d: d["routing"].update(distribution="skewed", skew=1e9)), "scenario", "/routing/skew", "must be in [0, 100], got 1000000000")
+write("runtime-absurd", mutate(scenario, setp("/memory", {"runtime_reserved": "1e9 TB"})), "scenario", "/memory/runtime_reserved", "must be in [0, 1e+15]")
+write("lora-rank-absurd", mutate(scenario, setp("/training/lora/rank", 2**40)), "scenario", "/training/lora/rank", "must be in (0, 1048576]")
+
+CLASS = "unbounded"
+write("layer-set-1e9", mutate(model, setp("/layers/overrides/1/layers", "1-1000000000")), "model", "/layers/overrides/1/layers", "layer 1000000000 is out of range (at most 10000")
+write("layer-set-repeated", mutate(scenario, lambda d: d.update(recompute={"policy": "full", "layers": ",".join(["1-10000"] * 5)})), "scenario", "/recompute/layers", "lists more than 40000 layers")
+write("sampled-steps-1e6", mutate(scenario, setp("/routing/num_sampled_steps", 10**6)), "scenario", "/routing/num_sampled_steps", "must be in (0, 1000], got 1000000")
+write("devices-2p31", mutate(scenario, setp("/num_devices", 2**31)), "scenario", "/num_devices", "must be in (0, 1048576], got 2147483648")
+write("global-batch-2p50", mutate(scenario, setp("/batch/global_batch_size", 2**50)), "scenario", "/batch/global_batch_size", "must be in (0, 1073741824]")
+write("micro-batches", mutate(scenario, setp("/batch/global_batch_size", 128 * 2**17)), "scenario", "/batch/global_batch_size", "gives 131072 micro-batches per step")
+write("layer-passes", mutate(scenario, setp("/batch/global_batch_size", 128 * 2**15)), "scenario", "/batch/global_batch_size", "layer passes per rank's program, more than moesim's limit of 1048576")
+write("sweep-1e9", mutate(scenario, setp("/sweep", {"axes": [{"path": "/routing/seed", "values": list(range(1000))}, {"path": "/routing/skew", "values": [0] * 1000}, {"path": "/parallel/fsdp/prefetch", "values": [1] * 1000}]})), "scenario", "/sweep/axes/2/values", "the axes multiply to more than 1048576 configurations")
+write("sweep-values", mutate(scenario, setp("/sweep", {"axes": [{"path": "/routing/seed", "values": list(range(6000))}, {"path": "/routing/seed", "values": list(range(6000))}]})), "scenario", "/sweep/axes/1/values", "more than 10000 values in all")
+
+# Calibration files (through `hardware info` and `scenario info`, which now read them whole).
+calibration = load("hardware/calibration/h200.json")
+
+
+def calibration_case(name, data, path, message, klass, raw=None):
+    rel = f"calibration/{name}.json"
+    write_support(rel, data, raw)
+    hw_rel = f"support/hw-{name}.json"
+    write_support(hw_rel, mutate(hw, lambda d: d.update(calibration=f"../{rel}")))
+    cli("calibration-" + name, ["hardware", "info", hw_rel], f"{rel}: {path}: ", message, klass)
+
+
+calibration_text = json.dumps(calibration, indent=1)
+calibration_case("version-wraps", None, "/version", "unsupported version 4294967299", "absurd",
+                 raw=replace_once(calibration_text, '"version": 3', '"version": 4294967299'))
+calibration_case("version-string", mutate(calibration, setp("/version", "3")), "/version", "must be an integer", "location")
+calibration_case("version-huge", None, "/version", "unsupported version 18446744073709551615", "absurd",
+                 raw=replace_once(calibration_text, '"version": 3', '"version": 18446744073709551615'))
+calibration_case("bad-table", mutate(calibration, setp("/kernels/gemm/points/0/1", -5)), "/kernels/gemm/points/0/1", "the value must be positive and finite", "location")
+calibration_case("unsorted", mutate(calibration, setp("/kernels/memory/points/1/0", 1)), "/kernels/memory/points/1/0", "measures must increase strictly", "location")
+calibration_case("number-1e400", None, "/kernels/gemm/points/0/1", "beyond the range of a double", "literal",
+                 raw=replace_once(json.dumps(mutate(calibration, setp("/kernels/gemm/points/0/1", "BIG")), indent=1), '"BIG"', "1e400"))
+calibration_case("deep", None, "/provenance" + "/0" * (DEPTH - 1), "nested more than 128 levels deep", "crash",
+                 raw=replace_once(json.dumps(mutate(calibration, setp("/provenance", "DEEP")), indent=1), '"DEEP"', deep))
+calibration_case("group-size", mutate(calibration, lambda d: d["collectives"]["all_reduce"].update({"99999999999": d["collectives"]["all_reduce"]["2"]})), "/collectives/all_reduce/99999999999", "group sizes are integers >= 2 and at most 1048576", "absurd")
+sc_rel = "support/scenario-bad-calibration.json"
+write_support(sc_rel, mutate(scenario, lambda d: d.update(hardware="hw-bad-table.json", num_devices=8) or d["parallel"]["fsdp"].update(shard=8) or d["parallel"].update(ep=8) or d["batch"].update(global_batch_size=16)))
+cli("scenario-info-bad-calibration", ["scenario", "info", sc_rel], "calibration/bad-table.json: /kernels/gemm/points/0/1: ", "the value must be positive and finite", "location")
+
+# Exported graphs (`moesim graph import`): fixtures derived from a small graph written by hand.
+graph = {"format": "moesim-graph", "version": 1, "scenario": "tiny",
+         "mesh": {"pp": 2, "replicate": 1, "shard": 1, "cp": 1, "tp": 1, "ep": 1},
+         "num_micro_batches": 1, "tokens_per_micro_batch": 8, "tokens_per_step": 8, "seq_len": 8,
+         "allocator_fragmentation": 0, "routing": None,
+         "programs": [{"stage": s, "persistent": {"params": 0, "master_params": 0, "grads": 0, "optimizer_states": 0},
+                       "names": ["p2p"], "buffers": [],
+                       "ops": [{"kind": "send" if s == 0 else "recv", "name": 0, "phase": "fwd", "stream": "comm",
+                                "group": "pp", "peer": 1 if s == 0 else -1, "layer": 0, "micro": 0, "comm_bytes": 16}]}
+                      for s in range(2)]}
+write_support("graph/valid.json", graph)
+
+
+def graph_case(name, data, path, message, klass, raw=None):
+    rel = f"graph/{name}.json"
+    write_support(rel, data, raw)
+    cli("graph-" + name, ["graph", "import", rel], f"{rel}: {path}: ", message, klass)
+
+
+graph_text = json.dumps(graph, indent=1)
+graph_case("peer-1000", mutate(graph, setp("/programs/0/ops/0/peer", 1000)), "/programs/0/ops/0/peer", "peer offset 1000 leaves the pp group of 2 ranks", "absurd")
+graph_case("peer-negative", mutate(graph, setp("/programs/1/ops/0/peer", -2)), "/programs/1/ops/0/peer", "peer offset -2 leaves the pp group of 2 ranks", "absurd")
+graph_case("experts-2p24", mutate(graph, setp("/routing", {"num_experts": 2**24, "top_k": 1, "ep": 1})), "/routing/num_experts", "must be between 1 and 1048576", "unbounded")
+graph_case("micro-batches-2p40", mutate(graph, setp("/num_micro_batches", 2**40)), "/num_micro_batches", "must be between 0 and 65536", "unbounded")
+graph_case("mesh-2p40", mutate(graph, lambda d: d["mesh"].update(shard=2**20, replicate=2**20)), "/mesh", "more than 1048576 ranks", "unbounded")
+graph_case("number-1e400", None, "/programs/0/ops/0/comm_bytes", "beyond the range of a double", "literal",
+           raw=graph_text.replace('"comm_bytes": 16', '"comm_bytes": 1e400', 1))
+graph_case("deep", None, "/scenario" + "/0" * (DEPTH - 1), "nested more than 128 levels deep", "crash",
+           raw=graph_text.replace('"scenario": "tiny"', '"scenario": ' + deep, 1))
+graph_case("sampled-steps", mutate(graph, setp("/routing", {"num_experts": 8, "top_k": 1, "ep": 1, "num_sampled_steps": 10**6})), "/routing/num_sampled_steps", "must be between 1 and 1000", "unbounded")
+
+# Flags.
+for flag, value, message in [("--tokens", "nan", "must be a positive number of at most 1e+18, got nan"),
+                             ("--tokens", "1e30", "got 1e+30"),
+                             ("--days", "nan", "must be a positive number of at most 36500, got nan"),
+                             ("--days", "1e9", "got 1e+09")]:
+    args = ["plan", "devices", "k3-lora-fsdp2-ep64", "--tokens", "1e12", "--days", "30"]
+    args[args.index(flag) + 1] = value
+    cli(f"flag{flag}-{value}", args, flag + ": ", message, "absurd")
+cli("graph-unknown-subcommand", ["graph", "frobnicate"], "graph: ", "'frobnicate' is not a subcommand (one of: stats, export, import)", "location")
+cli("model-no-subcommand", ["model"], "model: ", "a subcommand is required (one of: info)", "location")
+cli("steps-1e6", ["simulate", "--steps", "1000000"], "--steps", "", "unbounded")
+
 with open(os.path.join(OUT, "cases.json"), "w") as f:
     json.dump(cases, f, indent=1)
     f.write("\n")
-print(f"{len(cases)} cases")
+with open(os.path.join(OUT, "cli_cases.json"), "w") as f:
+    json.dump(cli_cases, f, indent=1)
+    f.write("\n")
+print(f"{len(cases)} cases, {len(cli_cases)} command-line cases")

@@ -20,6 +20,7 @@
 #include "report/trace.hpp"
 #include "app/model_info.hpp"
 #include "app/plan_command.hpp"
+#include "app/fusion_command.hpp"
 #include "app/sweep_command.hpp"
 #include "core/error.hpp"
 #include "core/json_input.hpp"
@@ -189,6 +190,8 @@ int main(int argc, char** argv) {
   auto* sweep = add_sweep_command(app, sweep_opt);
   PlanCliOptions plan_opt;
   const PlanCommands plan = add_plan_command(app, plan_opt);
+  FusionCliOptions fusion_opt;
+  auto* fusion = add_fusion_command(app, fusion_opt);
 
 #ifdef MOESIM_GPU_MODULE
   CalibrateCommand calibrate_opt;
@@ -232,6 +235,10 @@ int main(int argc, char** argv) {
     }
 #endif
     if (sweep->parsed()) return run_sweep_command(sweep_opt);
+    if (fusion->parsed()) {
+      print(run_fusion_command(fusion_opt));
+      return 0;
+    }
     if (plan.devices->parsed()) {
       check_number_flag("--tokens", plan_opt.tokens, 1e18);  // a million times today's largest runs
       check_number_flag("--days", plan_opt.days, 36500);    // a century

@@ -157,6 +157,24 @@ with tempfile.TemporaryDirectory() as tmp:
     r = run("simulate", scenario, "--graph", os.path.join(tmp, "none.json"))
     expect("simulate --graph missing", r.returncode == 2 and r.stderr.startswith("--graph"), r.stderr)
 
+# moesim fusion: candidates re-simulated; the graph --apply writes simulates to the cumulative step.
+with tempfile.TemporaryDirectory() as tmp:
+    scenario = "scenarios/calibration/k3-slice-2gpu.json"
+    r = run("fusion", scenario, "--top", "2", "--json")
+    expect("fusion", r.returncode == 0, r.stderr)
+    if r.returncode == 0:
+        f = json.loads(r.stdout)
+        expect("fusion candidates", len(f["candidates"]) >= 2, str(f.keys()))
+        expect("fusion never slower", all(c["step_delta_s"] <= 0 for c in f["cumulative"]), str(f["cumulative"]))
+        applied = os.path.join(tmp, "fused.json")
+        a = run("fusion", scenario, "--top", "2", "--apply", "2", "-o", applied)
+        expect("fusion --apply", a.returncode == 0 and os.path.exists(applied), a.stderr)
+        sim = run("simulate", scenario, "--graph", applied, "--json")
+        expect("fusion --apply simulates to the cumulative step", sim.returncode == 0 and
+               abs(json.loads(sim.stdout)["step_time_s"] - f["cumulative"][-1]["step_time_s"]) < 1e-9, sim.stderr)
+    r = run("fusion", scenario, "--apply", "2")
+    expect("fusion --apply without -o exit 2", r.returncode == 2 and r.stdout == "", r.stderr)
+
 # Bad input: exit code 2, a message naming the file and JSON path, nothing on stdout, within a
 # time and memory bound (hostile inputs, issue 21: tests/data/make_bad_inputs.py groups them by class).
 BAD_SECONDS = 10           # each refusal; they take milliseconds

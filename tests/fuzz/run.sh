@@ -35,8 +35,9 @@ for i in 0 1 2 3 4; do
   find "${seeds[$i]}" -maxdepth 1 -name '*.json' -size -200k -exec cp {} "$corpus"/ \;
   echo "fuzz $name: ${seconds}s"
   if ! "$exe" "$corpus" -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
-       -dict=tests/fuzz/json.dict >"$build/fuzz_$name.log" 2>&1; then
+       -dict=tests/fuzz/json.dict -artifact_prefix="$build/fuzz_$name-" >"$build/fuzz_$name.log" 2>&1; then
     echo "fuzz $name: FAILED (see $build/fuzz_$name.log)"; tail -30 "$build/fuzz_$name.log"; failed=1
   fi
+  grep -h '^Done' "$build/fuzz_$name.log" || true
 done
 exit $failed

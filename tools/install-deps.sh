@@ -10,6 +10,8 @@ packages=(
   libboost-graph-dev nlohmann-json3-dev libcli11-dev doctest-dev
   libopenmpi-dev openmpi-bin
   libbenchmark-dev gcovr
+  # tests/fuzz/ (the 'fuzz_loaders' test): clang with its libFuzzer runtime
+  clang-14 libclang-rt-14-dev
   # notebooks/ (the 'notebooks' test), for Debian's /usr/bin/python3:
   jupyter-nbconvert python3-nbclient python3-ipykernel python3-matplotlib python3-pandas python3-numpy
 )

@@ -246,6 +246,39 @@ const char* vary_name(FitVariable v) {
   return v == FitVariable::sequence_length ? "sequence_length" : "micro_batch_size";
 }
 
+// Why a plan is not the answer at its count: the checker's or the bound's reason, or the memory.
+std::string why_not(const PlanCandidate& p) {
+  const ConfigOutcome& o = p.outcome;
+  if (o.status != ConfigStatus::simulated) return std::string(status_word(o)) + " - " + o.reason;
+  return fmt("does not fit (peak HBM %.1f GB", o.peak_hbm_bytes / 1e9) + fmt(", host DDR %.1f GB)", o.peak_ddr_bytes / 1e9);
+}
+
+// How `devices` fill units of `size` (nodes, scale-up domains): how many, and how full the last.
+struct Occupancy {
+  int64_t count = 0;
+  int64_t last = 0;  // devices used in the last unit
+  int64_t size = 0;
+  std::string text() const {
+    return last == size ? "all full" : "the last holds " + std::to_string(last) + " of " + std::to_string(size);
+  }
+};
+Occupancy occupancy(int64_t devices, int64_t size) {
+  size = std::max<int64_t>(size, 1);
+  const int64_t count = (devices + size - 1) / size;
+  return {count, devices - (count - 1) * size, size};
+}
+
+// The plan with the fewest device-hours among those that meet the deadline.
+const PlanCandidate* cheapest(const DevicePlanResult& r) {
+  const PlanCandidate* best = nullptr;
+  for (const DeviceCountResult& c : r.counts) {
+    for (const PlanCandidate& p : c.plans) {
+      if (p.meets_deadline && (!best || p.device_hours < best->device_hours)) best = &p;
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 DevicePlanResult plan_devices(const SweepSpace& space, const DevicePlanOptions& options) {
@@ -265,34 +298,45 @@ std::string device_plan_text(const SweepSpace& space, const DevicePlanOptions& o
   for (const DeviceCountResult& c : r.counts) {
     out << "  " << c.num_devices << " devices:";
     if (!c.best) {
-      out << " no plan fits";
-      if (!c.plans.empty())
-        out << " (e.g. shard " << c.plans.front().shard << ": " << status_word(c.plans.front().outcome) << ")";
-      out << "\n";
+      out << " no plan fits\n";
+      for (const PlanCandidate& p : c.plans) out << "      shard " << p.shard << " x replicate " << p.replicate << ": " << why_not(p) << "\n";
       continue;
     }
     const PlanCandidate& b = c.plans[*c.best];
     out << " shard " << b.shard << " x replicate " << b.replicate << ", step " << fmt("%.3f s", b.outcome.step_time_s)
         << ", " << fmt("%.2f days", b.train_s / kSecondsPerDay) << (b.meets_deadline ? " (meets)" : " (too slow)")
-        << "\n";
+        << ", " << fmt("%.4g device-hours", b.device_hours) << "\n";
   }
   if (!r.answer) {
     out << "no device count up to the limit meets the deadline\n";
     return out.str();
   }
   const PlanCandidate& a = *r.answer;
-  out << "answer: " << a.num_devices << " devices = " << (a.num_devices + r.domain_size - 1) / r.domain_size
-      << " scale-up domain(s) of " << r.domain_size << " = " << a.num_devices / std::max<int64_t>(r.devices_per_node, 1)
-      << " nodes of " << r.devices_per_node << "\n";
+  const Occupancy domains = occupancy(a.num_devices, r.domain_size);
+  const Occupancy nodes = occupancy(a.num_devices, r.devices_per_node);
+  out << "answer: " << a.num_devices << " devices = " << domains.count << " scale-up domain(s) of " << r.domain_size
+      << " (" << domains.text() << ") = " << nodes.count << " node(s) of " << r.devices_per_node << " (" << nodes.text()
+      << ")\n";
   out << "  plan        fsdp shard " << a.shard << " x replicate " << a.replicate << ", tp "
       << s.spec.parallel.tp.degree << ", pp " << s.spec.parallel.pp.stages << ", cp " << s.spec.parallel.cp << ", ep "
-      << s.spec.parallel.ep << ", global batch " << a.global_batch_size << " x " << s.spec.batch.sequence_length
-      << " tokens\n";
+      << s.spec.parallel.ep << "\n";
+  out << "  batch       " << a.global_batch_size << " x " << s.spec.batch.sequence_length << " tokens per step";
+  if (a.global_batch_size == s.spec.batch.global_batch_size) {
+    out << " (as the scenario asks)\n";
+  } else {
+    out << "; the scenario asks " << s.spec.batch.global_batch_size
+        << ": it grows with data parallelism so that every rank runs the scenario's micro-steps (--fixed-batch keeps it)\n";
+  }
   out << "  step        " << fmt("%.3f s", a.outcome.step_time_s) << ", "
       << fmt("%.4g tokens/s", a.outcome.tokens_per_s) << ", MFU " << fmt("%.1f%%", 100 * a.outcome.mfu) << ", peak HBM "
       << fmt("%.1f GB", a.outcome.peak_hbm_bytes / 1e9) << "\n";
   out << "  time        " << fmt("%.2f days", a.train_s / kSecondsPerDay) << "\n";
   out << "  cost        " << fmt("%.4g device-hours", a.device_hours) << "\n";
+  if (const PlanCandidate* c = cheapest(r); c && c->device_hours < a.device_hours) {
+    out << "  cheapest    " << c->num_devices << " devices (shard " << c->shard << " x replicate " << c->replicate
+        << "): " << fmt("%.4g device-hours", c->device_hours) << " in " << fmt("%.2f days", c->train_s / kSecondsPerDay)
+        << ", also within the deadline\n";
+  }
   return out.str();
 }
 
@@ -311,6 +355,8 @@ std::string device_plan_json(const SweepSpace& space, const DevicePlanOptions& o
     p["num_devices"] = c.num_devices;
     p["num_nodes"] = c.num_devices / std::max<int64_t>(r.devices_per_node, 1);
     p["num_domains"] = (c.num_devices + r.domain_size - 1) / r.domain_size;
+    p["devices_in_last_domain"] = occupancy(c.num_devices, r.domain_size).last;
+    p["devices_in_last_node"] = occupancy(c.num_devices, r.devices_per_node).last;
     p["fsdp_shard"] = c.shard;
     p["fsdp_replicate"] = c.replicate;
     p["tp"] = s.spec.parallel.tp.degree;
@@ -323,6 +369,7 @@ std::string device_plan_json(const SweepSpace& space, const DevicePlanOptions& o
     p["train_days"] = c.train_s / kSecondsPerDay;
     p["device_hours"] = c.device_hours;
     p["meets_deadline"] = c.meets_deadline;
+    if (!(c.outcome.status == ConfigStatus::simulated && c.outcome.fits)) p["why_not"] = why_not(c);
     return p;
   };
   Json counts = Json::array();
@@ -338,6 +385,9 @@ std::string device_plan_json(const SweepSpace& space, const DevicePlanOptions& o
   j["evaluated"] = counts;
   j["found"] = r.answer.has_value();
   j["answer"] = r.answer ? plan_json(*r.answer) : Json(nullptr);
+  j["global_batch_size_asked"] = s.spec.batch.global_batch_size;
+  const PlanCandidate* c = cheapest(r);
+  j["cheapest"] = c ? plan_json(*c) : Json(nullptr);
   return j.dump(2) + "\n";
 }
 

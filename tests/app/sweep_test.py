@@ -181,6 +181,27 @@ if r.returncode == 0:
                all(c["best"] is None or not c["plans"][c["best"]]["meets_deadline"] for c in smaller), smaller)
         expect("the count below the answer was tried", any(c["num_devices"] == n - j["unit_devices"] for c in j["evaluated"])
                or n == j["unit_devices"], [c["num_devices"] for c in j["evaluated"]])
+        # The answer states what it assumes: how full the last node and domain are, the batch
+        # used against the one asked for, and the cheapest plan within the deadline.
+        last = n - (a["num_domains"] - 1) * j["domain_size"]
+        expect("answer: devices in the last domain", a["devices_in_last_domain"] == last, a)
+        expect("answer: the batch asked", j["global_batch_size_asked"] == 16, j["global_batch_size_asked"])
+        expect("answer: the batch grows with data parallelism", a["global_batch_size"] >= 16, a)
+        meets = [p for c in j["evaluated"] for p in c["plans"] if p["meets_deadline"]]
+        expect("cheapest: the fewest device-hours within the deadline",
+               j["cheapest"] is not None and j["cheapest"]["device_hours"] == min(p["device_hours"] for p in meets), j["cheapest"])
+t = run("plan", "devices", "tests/data/sweep-plan.json", "--tokens", "2e10", "--days", "1", "--max-devices", "256")
+expect("plan devices text states the batch and occupancy", t.returncode == 0 and "batch " in t.stdout and
+       ("all full" in t.stdout or "the last holds" in t.stdout), t.stdout)
+# --fixed-batch: a count whose data-parallel degree does not divide the batch is listed with the reason.
+f = run("plan", "devices", "tests/data/sweep-plan.json", "--tokens", "2e10", "--days", "1", "--max-devices", "256",
+        "--fixed-batch", "--json")
+if f.returncode == 0:
+    fj = json.loads(f.stdout)
+    without = [p for c in fj["evaluated"] if c["best"] is None for p in c["plans"]]
+    expect("--fixed-batch: every plan without a fit says why", all(p.get("why_not") for p in without), without[:2])
+else:
+    expect("plan devices --fixed-batch exit 0", False, f.stderr)
 for args, flag in ((["--tokens", "-1", "--days", "1"], "--tokens"), (["--tokens", "1e9"], "--days"),
                    (["--tokens", "1e9", "--days", "1", "--max-devices", "0"], "--max-devices")):
     r = run("plan", "devices", SMALL, *args)

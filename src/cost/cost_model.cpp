@@ -150,14 +150,41 @@ double CostModel::bus_factor(OpKind kind, int64_t n) {
   return (nn - 1) / nn;
 }
 
-double CostModel::hierarchical_out_fraction(int64_t num_experts, int64_t top_k, const GroupPlacement& g) {
+double CostModel::hierarchical_out_fraction(int64_t num_experts, int64_t top_k, const GroupPlacement& g,
+                                            int64_t groups, int64_t groups_per_token) {
   if (g.num_domains <= 1 || top_k <= 0) return 0;
-  // P(a given remote domain holds none of the token's experts) = C(E - E_d, k) / C(E, k).
+  // C(n - m, k) / C(n, k): no pick among k distinct draws from n falls in a given m.
+  auto none_of = [&](double n, double m) {
+    double p = 1;
+    for (int64_t i = 0; i < top_k; ++i) p *= std::max(0.0, (n - m - static_cast<double>(i)) / (n - static_cast<double>(i)));
+    return p;
+  };
   const double e = static_cast<double>(num_experts);
-  const double e_d = e * static_cast<double>(g.max_per_domain) / static_cast<double>(g.size);
-  double miss = 1;
-  for (int64_t i = 0; i < top_k; ++i) miss *= std::max(0.0, (e - e_d - static_cast<double>(i)) / (e - static_cast<double>(i)));
-  return static_cast<double>(g.num_domains - 1) * (1 - miss) / static_cast<double>(top_k);
+  const auto domains = static_cast<double>(g.num_domains);
+  const bool limited = groups_per_token > 0 && groups_per_token < groups && groups % g.num_domains == 0;
+  if (!limited) {
+    // A remote domain holds E_d = E m / n experts; it is missed when all k fall elsewhere.
+    const double e_d = e * static_cast<double>(g.max_per_domain) / static_cast<double>(g.size);
+    return (domains - 1) * (1 - none_of(e, e_d)) / static_cast<double>(top_k);
+  }
+  // A domain holds G/D groups; j of the token's c groups fall in it (hypergeometric), and then it
+  // is reached unless all k experts, drawn from the c groups' experts, fall in the other groups.
+  const int64_t per_domain = groups / g.num_domains;
+  const double e_g = e / static_cast<double>(groups);
+  const double pool = static_cast<double>(groups_per_token) * e_g;
+  auto choose = [](int64_t n, int64_t r) {
+    if (r < 0 || r > n) return 0.0;
+    double c = 1;
+    for (int64_t i = 0; i < r; ++i) c = c * static_cast<double>(n - i) / static_cast<double>(i + 1);
+    return c;
+  };
+  double hit = 0;
+  for (int64_t j = 1; j <= std::min(per_domain, groups_per_token); ++j) {
+    const double p_j = choose(per_domain, j) * choose(groups - per_domain, groups_per_token - j) /
+                       choose(groups, groups_per_token);
+    hit += p_j * (1 - none_of(pool, static_cast<double>(j) * e_g));
+  }
+  return (domains - 1) * hit / static_cast<double>(top_k);
 }
 
 CollectiveCost CostModel::hierarchical_all_to_all(double bytes, const GroupPlacement& g, double out_fraction) const {

@@ -261,7 +261,10 @@ struct Engine::Impl {
                               g.expert_dispatch == ExpertDispatch::hierarchical && gp.num_domains > 1;
     const CollectiveCost c =
         hierarchical ? cost.hierarchical_all_to_all(
-                           bytes, gp, CostModel::hierarchical_out_fraction(routing_->num_experts(), routing_->top_k(), gp))
+                           bytes, gp,
+                           CostModel::hierarchical_out_fraction(routing_->num_experts(), routing_->top_k(), gp,
+                                                                routing_->spec().groups,
+                                                                routing_->spec().groups_per_token))
                      : cost.collective(op.kind, bytes, gp);
     launch_flow(met, c, t, gp.size > 1, Participants{rank_of_slot(slot), op.group, -1}, op.kind == OpKind::all_to_all);
   }

@@ -241,6 +241,12 @@ void write_routing(Writer& w, const std::optional<RoutingSampler>& routing) {
   w.number(spec.num_sampled_steps);
   w.raw(", \"histogram_file\": ");
   w.string(spec.histogram);
+  if (spec.groups != 1 || spec.groups_per_token != 0) {  // written only when routing is group-limited
+    w.raw(", \"groups\": ");
+    w.number(spec.groups);
+    w.raw(", \"groups_per_token\": ");
+    w.number(spec.groups_per_token);
+  }
   if (!routing->histogram().empty()) {
     w.raw(", \"histogram\": [");
     for (size_t i = 0; i < routing->histogram().size(); ++i) {
@@ -570,6 +576,11 @@ void read_routing(const Reader& r, const json& node, const Where& where, const M
   if (const json* j = o.find("seed")) spec.seed = r.integer(*j, where.at("seed"), std::numeric_limits<int64_t>::min());
   if (const json* j = o.find("num_sampled_steps")) spec.num_sampled_steps = r.integer(*j, where.at("num_sampled_steps"), 1, limits::kMaxSampledSteps);
   if (const json* j = o.find("histogram_file")) spec.histogram = r.string(*j, where.at("histogram_file"));
+  if (const json* j = o.find("groups")) spec.groups = r.integer(*j, where.at("groups"), 1, num_experts);
+  if (num_experts % spec.groups != 0) r.fail(where.at("groups"), "must divide num_experts " + std::to_string(num_experts));
+  if (const json* j = o.find("groups_per_token")) {
+    spec.groups_per_token = r.integer(*j, where.at("groups_per_token"), 0, spec.groups);
+  }
   std::vector<double> histogram;
   const json* h = o.find("histogram");
   const bool wants_histogram = spec.distribution == RoutingDistribution::histogram;
@@ -587,7 +598,7 @@ void read_routing(const Reader& r, const json& node, const Where& where, const M
     r.fail(where.at("histogram"), "missing required key (the distribution is histogram)");
   }
   o.finish({"num_experts", "top_k", "ep", "distribution", "skew", "seed", "num_sampled_steps", "histogram_file",
-            "histogram"});
+            "groups", "groups_per_token", "histogram"});
   g.routing.emplace(spec, num_experts, top_k, ep, std::move(histogram));
 }
 

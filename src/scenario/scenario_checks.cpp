@@ -357,6 +357,20 @@ class ScenarioChecker {
     if (r.distribution != RoutingDistribution::uniform && !model_.moe) {
       fail("/routing/distribution", model_.name + " has no experts to route to");
     }
+    if (r.groups != 1 || r.groups_per_token != 0) {
+      if (!model_.moe) fail("/routing/groups", model_.name + " has no experts to route to");
+      const int64_t experts = model_.moe->num_experts;
+      if (experts % r.groups != 0) {
+        fail("/routing/groups", "must divide " + model_.name + "'s " + str(experts) + " experts, got " + str(r.groups));
+      }
+      if (r.groups_per_token > r.groups) {
+        fail("/routing/groups_per_token", "must be at most groups (" + str(r.groups) + "), got " + str(r.groups_per_token));
+      }
+      if (r.groups_per_token > 0 && r.groups_per_token * (experts / r.groups) < model_.moe->top_k) {
+        fail("/routing/groups_per_token", "holds " + str(r.groups_per_token * (experts / r.groups)) +
+                                              " experts, fewer than top_k (" + str(model_.moe->top_k) + ")");
+      }
+    }
   }
 
   void check_fused_ops() const {

@@ -156,6 +156,15 @@ void declare_fields(F& f, RoutingSpec& s) {
   f.optional("seed", s.seed, int64_t{1}, "Seed of the routing sampler.", non_negative(limits::kMaxSize));
   f.optional("num_sampled_steps", s.num_sampled_steps, int64_t{1},
              "Steps simulated with freshly sampled routing (for P50/P99).", positive(limits::kMaxSampledSteps));
+  f.optional("groups", s.groups, int64_t{1},
+             "Expert groups of group-limited routing (DeepSeek-V3's n_group, 8): equal groups of consecutive "
+             "experts; 1: none.",
+             positive(limits::kMaxExperts));
+  f.optional("groups_per_token", s.groups_per_token, int64_t{0},
+             "Groups a token's experts come from (DeepSeek-V3's topk_group, 4). With groups aligned to scale-up "
+             "domains it bounds the domains a hierarchical dispatch reaches; the experts' loads stay as the "
+             "distribution says. 0: no limit.",
+             non_negative(limits::kMaxExperts));
 }
 
 template <class F>

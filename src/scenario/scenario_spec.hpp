@@ -184,6 +184,10 @@ struct RoutingSpec {
   std::string histogram;  // histogram: file of tokens per expert, relative to the scenario
   int64_t seed = 1;
   int64_t num_sampled_steps = 1;
+  // Group-limited routing (DeepSeek-V3's n_group / topk_group): the experts form `groups` equal
+  // groups and a token's top_k come from `groups_per_token` of them; 0: no limit.
+  int64_t groups = 1;
+  int64_t groups_per_token = 0;
 };
 
 struct OverlapSpec {

@@ -170,3 +170,36 @@ TEST_CASE("hierarchical dispatch: a token crosses the network once per remote do
   const double hier = cost.hierarchical_all_to_all(64e9, ep64, CostModel::hierarchical_out_fraction(256, 8, ep64)).out_bytes;
   CHECK(hier < 0.7 * direct);
 }
+
+TEST_CASE("group-limited routing: a token reaches only its groups' domains (DeepSeek-V3: 4 of 8 groups)") {
+  const GroupPlacement ep64{64, 8, 8};  // one routing group of 32 experts per domain
+  const double limited = CostModel::hierarchical_out_fraction(256, 8, ep64, 8, 4);
+  const double free = CostModel::hierarchical_out_fraction(256, 8, ep64);
+  CHECK(limited < free);
+  CHECK(limited * 8 <= 4.0);  // at most 4 domains, of which the sender's may be one
+  // Against sampling: 4 groups uniformly, then 8 distinct experts among their 128.
+  std::mt19937_64 rng(11);
+  std::vector<int> groups(8), experts(128);
+  const int tokens = 200000;
+  double remote = 0;
+  for (int t = 0; t < tokens; ++t) {
+    std::iota(groups.begin(), groups.end(), 0);
+    for (int i = 0; i < 4; ++i) {
+      std::uniform_int_distribution<int> pick(i, 7);
+      std::swap(groups[static_cast<size_t>(i)], groups[static_cast<size_t>(pick(rng))]);
+    }
+    std::iota(experts.begin(), experts.end(), 0);
+    std::set<int> domains;
+    for (int i = 0; i < 8; ++i) {
+      std::uniform_int_distribution<int> pick(i, 127);
+      std::swap(experts[static_cast<size_t>(i)], experts[static_cast<size_t>(pick(rng))]);
+      const int domain = groups[static_cast<size_t>(experts[static_cast<size_t>(i)] / 32)];
+      if (domain != 0) domains.insert(domain);
+    }
+    remote += static_cast<double>(domains.size());
+  }
+  CHECK(limited == doctest::Approx(remote / tokens / 8).epsilon(0.005));
+  // Groups that do not each sit in one domain bound nothing: the unlimited expectation.
+  CHECK(CostModel::hierarchical_out_fraction(256, 8, GroupPlacement{64, 16, 4}, 8, 4) ==
+        CostModel::hierarchical_out_fraction(256, 8, GroupPlacement{64, 16, 4}));
+}

@@ -362,19 +362,6 @@ StepGraph apply_fusions(const StepGraph& graph, const std::vector<FusionChain>& 
   return out;
 }
 
-std::vector<std::string> check_graph(const StepGraph& graph) {
-  std::vector<std::string> all;
-  auto add = [&](std::vector<std::string> v) { all.insert(all.end(), v.begin(), v.end()); };
-  for (const Program& p : graph.programs) {
-    add(check_acyclic(p));
-    add(check_memory_balance(p));
-    add(check_memory_order(p));
-  }
-  add(check_p2p_matching(graph));
-  add(check_collective_order(graph));
-  return all;
-}
-
 FusionAnalysis analyse_fusions(const StepGraph& graph, const CostModel& cost, const FusionAnalysisOptions& options) {
   FusionAnalysis a;
   a.scenario = graph.scenario;
@@ -388,7 +375,7 @@ FusionAnalysis analyse_fusions(const StepGraph& graph, const CostModel& cost, co
     }
     const StepGraph g = apply_fusions(graph, chains);
     if (options.check) {
-      const auto errors = check_graph(g);
+      const auto errors = check_step_graph(g);
       if (!errors.empty()) throw std::logic_error("fusion: the rewritten graph fails a check: " + errors.front());
     }
     Engine engine(g, cost);

@@ -71,8 +71,6 @@ std::vector<FusionCandidate> find_fusion_candidates(const StepGraph& graph);
 // adjacent ops of one program (as find_fusion_candidates makes them).
 StepGraph apply_fusions(const StepGraph& graph, const std::vector<FusionChain>& chains);
 
-// The graph checks of graph/graph_checks.hpp, all of them; the violations (empty: none).
-std::vector<std::string> check_graph(const StepGraph& graph);
 
 struct FusionGain {
   int32_t candidate = 0;          // index into FusionAnalysis::candidates

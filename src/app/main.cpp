@@ -113,16 +113,7 @@ moesim::StepGraph imported_graph_for(const std::string& file, const moesim::Scen
     throw InputError(input.name, "/mesh", "is " + str(g) + "; scenario " + s.spec.name + " plans " + str(want));
   }
   // An edited graph must still be one a step can run: the semantic checks the reader leaves out.
-  auto refuse = [&](const std::vector<std::string>& errors) {
-    if (!errors.empty()) throw InputError(input.name, "/programs", errors.front());
-  };
-  for (const Program& p : graph.programs) {
-    refuse(check_acyclic(p));
-    refuse(check_memory_balance(p));
-    refuse(check_memory_order(p));
-  }
-  refuse(check_p2p_matching(graph));
-  refuse(check_collective_order(graph));
+  if (const auto errors = check_step_graph(graph); !errors.empty()) throw InputError(input.name, "/programs", errors.front());
   return graph;
 }
 

@@ -163,4 +163,17 @@ std::vector<std::string> check_collective_order(const StepGraph& g) {
   return errors;
 }
 
+std::vector<std::string> check_step_graph(const StepGraph& graph) {
+  std::vector<std::string> all;
+  auto add = [&](std::vector<std::string> v) { all.insert(all.end(), v.begin(), v.end()); };
+  for (const Program& p : graph.programs) {
+    add(check_acyclic(p));
+    add(check_memory_balance(p));
+    add(check_memory_order(p));
+  }
+  add(check_p2p_matching(graph));
+  add(check_collective_order(graph));
+  return all;
+}
+
 }  // namespace moesim

@@ -25,5 +25,8 @@ std::vector<std::string> check_p2p_matching(const StepGraph& graph);
 // Members of a group issue the same collectives in the same order (group kinds whose members run
 // different programs compare those programs).
 std::vector<std::string> check_collective_order(const StepGraph& graph);
+// All of the above, every program: what a graph read from a file or rewritten must pass before it
+// is simulated.
+std::vector<std::string> check_step_graph(const StepGraph& graph);
 
 }  // namespace moesim

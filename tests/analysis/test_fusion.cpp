@@ -7,6 +7,7 @@
 
 #include "../graph/graph_test_util.hpp"
 #include "analysis/fusion.hpp"
+#include "graph/graph_checks.hpp"
 #include "core/json_input.hpp"
 #include "graph/queues.hpp"
 
@@ -144,14 +145,14 @@ void check_never_slower(const StepGraph& g, const CostModel& cost, size_t max_al
     all.insert(all.end(), cands[c].chains.begin(), cands[c].chains.end());
     if (c >= max_alone) continue;
     const StepGraph f = apply_fusions(g, cands[c].chains);
-    const auto errors = check_graph(f);
+    const auto errors = check_step_graph(f);
     CHECK_MESSAGE(errors.empty(), cands[c].key(), ": ", (errors.empty() ? "" : errors.front()));
     Engine e(f, cost);
     const double t = seconds(e.run({}));
     CHECK_MESSAGE(t <= base * (1 + 1e-12), cands[c].key(), ": ", t, " > ", base);
   }
   const StepGraph f = apply_fusions(g, all);
-  const auto errors = check_graph(f);
+  const auto errors = check_step_graph(f);
   CHECK_MESSAGE(errors.empty(), (errors.empty() ? "" : errors.front()));
   size_t ops_before = 0, ops_after = 0, launches = 0;
   for (const Program& p : g.programs) ops_before += p.ops.size();
@@ -168,7 +169,7 @@ void check_never_slower(const StepGraph& g, const CostModel& cost, size_t max_al
 
 TEST_CASE("a hand-built memory-bound chain is found exactly, with its byte count, and nothing across a collective") {
   const StepGraph g = hand_graph();
-  REQUIRE(check_graph(g).empty());
+  REQUIRE(check_step_graph(g).empty());
   const auto cands = find_fusion_candidates(g);
   REQUIRE(cands.size() == 1);
   const FusionCandidate& c = cands[0];
@@ -186,7 +187,7 @@ TEST_CASE("a hand-built memory-bound chain is found exactly, with its byte count
   check_candidates(g, cands);
 
   const StepGraph f = apply_fusions(g, c.chains);
-  CHECK(check_graph(f).empty());
+  CHECK(check_step_graph(f).empty());
   const Program& p = f.programs[0];
   REQUIRE(p.ops.size() == 8);
   const Op& fused = p.ops[1];
@@ -249,7 +250,7 @@ TEST_CASE("a GEMM whose output only its activation reads is a matmul epilogue") 
   CHECK(cands[0].ops == std::vector<std::string>{"up_proj", "act", "sink"});
   CHECK(cands[0].hbm_bytes_saved_per_rank == 4 * b);
   const StepGraph f = apply_fusions(g, cands[0].chains);
-  CHECK(check_graph(f).empty());
+  CHECK(check_step_graph(f).empty());
   REQUIRE(f.programs[0].ops.size() == 1);
   const Op& fused = f.programs[0].ops[0];
   CHECK(fused.kind == OpKind::gemm);

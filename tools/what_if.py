@@ -87,8 +87,7 @@ def main():
     for name, field, r in rows:
         t = r["step_time_s"]
         vs = "-" if name == "default" else f"{100 * (t / t0 - 1):+.1f}%"
-        exposed = r["breakdown_s"]["exposed"]
-        comm = sum(v for k, v in exposed.items() if k not in ("pipeline_bubble", "swap", "other"))
+        comm = r["breakdown_s"]["exposed_comm"]
         table.append(f"| {name} | {field} | {t:.2f} s | {vs} | {100 * r['mfu']:.1f}% | {r['peak_hbm_bytes'] / 1e9:.1f} GB | "
                      f"{r['peak_ddr_bytes'] / 1e9:.1f} GB | {comm:.2f} s | {'yes' if r['fits'] else 'no'} |")
     if not (write or check):

@@ -81,6 +81,9 @@ struct Engine::Impl {
   // of interchangeable ranks (rank_classes.hpp). All per-rank state below is per slot.
   EngineOptions opt;
   const RoutingSampler* routing_ = nullptr;  // the run's: the options', else the graph's
+  // Under hierarchical dispatch, the share of an expert all-to-all that crosses the scale-out
+  // network (CostModel::hierarchical_out_fraction); < 0: direct dispatch. Set once per run.
+  double ep_out_fraction_ = -1;
   bool distinct = false;
   RankClasses classes;                 // distinct mode only
   std::vector<int32_t> slot_rank;      // the rank each slot simulates
@@ -257,15 +260,9 @@ struct Engine::Impl {
       for (const auto& [s, i] : met) worst = std::max(worst, load_of(op.routing_layer, op.micro, s).wire_assignments);
       bytes = worst * (op.comm_bytes / assignments) * static_cast<double>(gp.size) / static_cast<double>(gp.size - 1);
     }
-    const bool hierarchical = op.kind == OpKind::all_to_all && op.routing_layer >= 0 && routing_ &&
-                              g.expert_dispatch == ExpertDispatch::hierarchical && gp.num_domains > 1;
+    const bool hierarchical = op.kind == OpKind::all_to_all && op.routing_layer >= 0 && ep_out_fraction_ >= 0;
     const CollectiveCost c =
-        hierarchical ? cost.hierarchical_all_to_all(
-                           bytes, gp,
-                           CostModel::hierarchical_out_fraction(routing_->num_experts(), routing_->top_k(), gp,
-                                                                routing_->spec().groups,
-                                                                routing_->spec().groups_per_token))
-                     : cost.collective(op.kind, bytes, gp);
+        hierarchical ? cost.hierarchical_all_to_all(bytes, gp, ep_out_fraction_) : cost.collective(op.kind, bytes, gp);
     launch_flow(met, c, t, gp.size > 1, Participants{rank_of_slot(slot), op.group, -1}, op.kind == OpKind::all_to_all);
   }
 
@@ -477,6 +474,12 @@ struct Engine::Impl {
   StepResult run(const EngineOptions& options) {
     opt = options;
     routing_ = opt.routing ? opt.routing : (g.routing ? &*g.routing : nullptr);
+    const GroupPlacement& ep = placement[static_cast<size_t>(GroupKind::ep)];
+    ep_out_fraction_ = routing_ && g.expert_dispatch == ExpertDispatch::hierarchical && ep.num_domains > 1
+                           ? CostModel::hierarchical_out_fraction(routing_->num_experts(), routing_->top_k(), ep,
+                                                                  routing_->spec().groups,
+                                                                  routing_->spec().groups_per_token)
+                           : -1;
     assign_slots();
     result = StepResult{};
     result.num_simulated_ranks = num_slots;

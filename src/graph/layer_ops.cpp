@@ -35,7 +35,7 @@ int moe_block(TapeBuilder& b, int x_in, int64_t layer) {
   const auto& m = *c.model->moe;
   const bool folded = c.experts_folded();
   const int x = folded ? b.enter_tp("moe.experts", x_in, b.expert_tp()) : b.enter_tp("ffn", x_in);
-  const int64_t t = c.routed_tokens(), d = c.model->hidden_size;
+  const int64_t t = c.routed_tokens, d = c.model->hidden_size;
   const int64_t w = m.latent_size > 0 ? m.latent_size : d;
   const auto rl = static_cast<int32_t>(layer);
   // Router: scores for every expert, top-k with (renormalised) weights.

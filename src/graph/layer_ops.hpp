@@ -18,6 +18,7 @@ struct LayerContext {
   const ModelSpec* model = nullptr;
   const ScenarioSpec* scenario = nullptr;
   int64_t tokens = 0;    // T: tokens of one micro-batch on this rank (micro_batch x sequence / cp)
+  int64_t routed_tokens = 0;  // of T, those this rank routes (ParallelPlan::routed_tokens)
   int64_t seq_len = 0;   // the whole sequence: the keys of causal attention
   int64_t tp = 1;
   int64_t cp = 1;
@@ -38,8 +39,6 @@ struct LayerContext {
 
   int64_t sp_tokens() const { return sequence_parallel && tp > 1 ? tokens / tp : tokens; }
   bool experts_folded() const { return etp != tp; }
-  // Tokens this rank routes: its TP region's, or under folding its expert-TP group's shards.
-  int64_t routed_tokens() const { return experts_folded() ? sp_tokens() * etp : tokens; }
   bool lora_on(LoraTarget t) const;
 };
 

@@ -95,6 +95,7 @@ class StepBuilder {
     c_.cp = plan.group_size(GroupKind::cp);
     c_.ep = plan.group_size(GroupKind::ep);
     c_.etp = plan.shape().etp;
+    c_.routed_tokens = plan.routed_tokens(c_.tokens);
     c_.expert_tp_group = plan.expert_tp_group();
     c_.sequence_parallel = p.tp.sequence_parallel && c_.tp > 1;
     c_.experts_per_rank = m_.moe ? plan.experts_per_rank(m_.moe->num_experts) : 0;

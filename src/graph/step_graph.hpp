@@ -29,12 +29,8 @@ struct StepGraph {
   double allocator_fragmentation = 0;  // an allocator's loss beyond best-fit placement, a fraction of the slab (scenario memory)
   ExpertDispatch expert_dispatch = ExpertDispatch::direct;  // how expert all-to-alls cross scale-up domains
 
-  // Tokens each rank routes to its EP group in a micro-batch: its TP region's tokens, or, when the
-  // experts are folded (ETP < TP, sequence parallel), the expert-TP group's sequence shards.
-  int64_t routed_tokens_per_micro_batch() const {
-    const MeshShape& m = plan.shape();
-    return plan.experts_folded() ? tokens_per_micro_batch / m.tp * m.etp : tokens_per_micro_batch;
-  }
+  // Tokens each rank routes to its EP group in a micro-batch (ParallelPlan::routed_tokens).
+  int64_t routed_tokens_per_micro_batch() const { return plan.routed_tokens(tokens_per_micro_batch); }
 };
 
 StepGraph build_step_graph(const Scenario& scenario);

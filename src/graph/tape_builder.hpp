@@ -93,7 +93,7 @@ class TapeBuilder {
     int64_t rows;
   };
   TpRegion dense_tp() const { return {GroupKind::tp, c_.tp, c_.tokens}; }
-  TpRegion expert_tp() const { return {c_.expert_tp_group, c_.etp, c_.routed_tokens()}; }
+  TpRegion expert_tp() const { return {c_.expert_tp_group, c_.etp, c_.routed_tokens}; }
 
   // Enter a TP region: gather the sequence shards (SP), or mark the input gradient for an
   // all-reduce (no SP). `x` is the output of the norm that precedes the region.

@@ -89,6 +89,11 @@ class ParallelPlan {
   bool experts_folded() const { return shape_.etp != shape_.tp; }
   // The group the routed experts' TP collectives run in: the dense layers' TP group, or ETP's.
   GroupKind expert_tp_group() const { return experts_folded() ? GroupKind::etp : GroupKind::tp; }
+  // Of `tokens` a rank holds in a micro-batch, those it routes to its EP group: all of them, or,
+  // folded (which needs sequence parallelism), its expert-TP group's sequence shards.
+  int64_t routed_tokens(int64_t tokens) const {
+    return experts_folded() ? tokens / shape_.tp * shape_.etp : tokens;
+  }
 
   int64_t num_programs() const { return shape_.pp; }
   int64_t program_of(int64_t rank) const { return coords(rank).pp; }

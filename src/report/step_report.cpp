@@ -304,6 +304,8 @@ std::string step_report_json(const StepReport& r) {
     exposed_total += t;
   }
   breakdown["exposed_total"] = exposed_total;
+  breakdown["exposed_comm"] = r.exposed_comm_s;
+  breakdown["bubble"] = r.bubble_s;
   breakdown["rank"] = r.breakdown_rank;
   j["breakdown_s"] = breakdown;
   auto ops = [](const std::vector<std::pair<std::string, double>>& v) {

@@ -156,4 +156,11 @@ TEST_CASE("hierarchical dispatch across two nodes: the same graph, a shorter all
   };
   CHECK(a2a_busy(h) < a2a_busy(d));
   CHECK(h.step_time < d.step_time);
+  // Group-limited routing with one group a node and one group a token: a token's experts all sit
+  // on one node, so it crosses the network at most once (half the time), not once per expert-
+  // holding remote node - fewer bytes than unlimited hierarchical dispatch.
+  p.routing = R"({"groups": 2, "groups_per_token": 1})";
+  const Scenario limited_s = test::scenario(p);
+  const StepResult l = Engine(build_step_graph(limited_s), cost).run({});
+  CHECK(a2a_busy(l) < a2a_busy(h));
 }

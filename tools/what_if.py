@@ -51,6 +51,13 @@ VARIANTS = [
     ("PP4 ZB-H1, 24/23/23/23 layers", "`/parallel/pp` 4 stages zb_h1, FSDP 32, EP32",
      [setp("/parallel/fsdp/shard", 32), setp("/parallel/ep", 32),
       setp("/parallel/pp", {"stages": 4, "schedule": "zb_h1", "layers_per_chunk": [24, 23, 23, 23]})]),
+    ("PP4 DualPipe, 24/23/23/23 layers", "`/parallel/pp` 4 stages dualpipe, FSDP 32, EP32",
+     [setp("/parallel/fsdp/shard", 32), setp("/parallel/ep", 32),
+      setp("/parallel/pp", {"stages": 4, "schedule": "dualpipe", "layers_per_chunk": [24, 23, 23, 23]})]),
+    ("PP4 DualPipe without F&B overlap", "as above, `overlap_forward_backward` false",
+     [setp("/parallel/fsdp/shard", 32), setp("/parallel/ep", 32),
+      setp("/parallel/pp", {"stages": 4, "schedule": "dualpipe", "layers_per_chunk": [24, 23, 23, 23],
+                            "overlap_forward_backward": False})]),
     ("gradients synced once", "`/parallel/fsdp/gradient_sync` last_micro_batch",
      [setp("/parallel/fsdp/gradient_sync", "last_micro_batch")]),
 ]

@@ -17,9 +17,10 @@ std::string queue_name(int q) {
   if (q == kComputeQueue) return "compute";
   if (q == kCopyQueue) return "copy";
   if (q >= kFirstPipelineQueue) {
-    static constexpr std::array<const char*, kNumPipelineQueues> names{"pp send activations", "pp receive activations",
-                                                                        "pp send gradients", "pp receive gradients"};
-    return names[static_cast<size_t>(q - kFirstPipelineQueue)];
+    static constexpr std::array<const char*, 3> carries{"activations", "gradients", "mirror-stage gradients"};
+    const int k = q - kFirstPipelineQueue;
+    return std::string("pp ") + (k % 2 == 0 ? "send " : "receive ") + carries[static_cast<size_t>(k / 4)] +
+           (k % 4 >= 2 ? " (peer on a lower stage)" : " (peer on a higher stage)");
   }
   return std::string(enum_name(queue_group(q))) + " communication";
 }

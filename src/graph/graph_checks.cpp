@@ -106,17 +106,18 @@ struct Message {
 
 std::vector<std::string> check_p2p_matching(const StepGraph& g) {
   std::vector<std::string> errors;
-  // (group kind, from program, to program, offset from the sender) -> messages in order.
-  std::map<std::tuple<GroupKind, int64_t, int64_t, int>, std::vector<Message>> sent, received;
+  // (group kind, from program, to program, offset from the sender, what it carries) -> messages in
+  // order: one channel, whose sends and receives each end issues in order on one queue.
+  std::map<std::tuple<GroupKind, int64_t, int64_t, int, int>, std::vector<Message>> sent, received;
   for (const Program& p : g.programs) {
     for (const Op& op : p.ops) {
       if (!is_p2p(op.kind)) continue;
       const int64_t peer = op.group == GroupKind::pp ? p.stage + op.peer_offset : p.stage;
       if (op.group == GroupKind::pp && (peer < 0 || peer >= g.plan.num_programs())) continue;
       if (op.kind == OpKind::send) {
-        sent[{op.group, p.stage, peer, op.peer_offset}].push_back({op.micro, op.comm_bytes});
+        sent[{op.group, p.stage, peer, op.peer_offset, p2p_carries(op)}].push_back({op.micro, op.comm_bytes});
       } else {
-        received[{op.group, peer, p.stage, -op.peer_offset}].push_back({op.micro, op.comm_bytes});
+        received[{op.group, peer, p.stage, -op.peer_offset, p2p_carries(op)}].push_back({op.micro, op.comm_bytes});
       }
     }
   }

@@ -15,13 +15,17 @@
 
 namespace moesim {
 
-// Pipeline sends and receives get four queues of their own - activations sent to the next stage,
-// activations received from the previous one, gradients sent back, gradients received - so that
-// each queue carries the messages of one (sender, receiver, direction) channel in the order both
-// ends issue them. A rank then never waits in a send while its peer waits in a send the other way
-// (what one rendezvous queue per rank does to 1F1B with 2+ micro-batches); this is what Megatron's
-// batched isend/irecv pairs and PyTorch's pipelining achieve with non-blocking point-to-point.
-inline constexpr int kNumPipelineQueues = 4;
+// Pipeline sends and receives get queues of their own, one per channel: what they carry
+// (activations, gradients, or - DualPipe - the gradients a stage's two copies sum, sent with phase
+// optimizer), sent or received, towards higher or lower stages (the sign of the peer offset).
+// Each queue then carries the messages of one (sender, receiver, direction) channel in the order
+// both ends issue them, and a rank never waits in a send while its peer waits in a send the other
+// way (what one rendezvous queue per rank does to 1F1B with 2+ micro-batches); this is what
+// Megatron's batched isend/irecv pairs and PyTorch's pipelining achieve with non-blocking
+// point-to-point. The sign matters to DualPipe, whose stages send activations both ways;
+// one-directional schedules (the interleaved wrap-around included) use one sign per kind on each
+// stage.
+inline constexpr int kNumPipelineQueues = 12;
 inline constexpr int kNumQueues = 2 + kNumGroupKinds + kNumPipelineQueues;
 inline constexpr int kComputeQueue = 0;
 inline constexpr int kCopyQueue = 1;
@@ -29,9 +33,13 @@ inline constexpr int kFirstPipelineQueue = 2 + kNumGroupKinds;
 
 constexpr bool is_pipeline_p2p(const Op& op) { return is_p2p(op.kind) && op.group == GroupKind::pp; }
 
+// What a point-to-point message carries, which with its sender and receiver names its channel:
+// 0 activations, 1 gradients, 2 mirror-stage gradients.
+constexpr int p2p_carries(const Op& op) { return op.phase == Phase::fwd ? 0 : op.phase == Phase::optimizer ? 2 : 1; }
+
 constexpr int queue_of(const Op& op) {
   if (is_pipeline_p2p(op)) {  // whatever its stream: pipeline point-to-point never blocks compute
-    return kFirstPipelineQueue + (op.phase == Phase::fwd ? 0 : 2) + (op.kind == OpKind::send ? 0 : 1);
+    return kFirstPipelineQueue + p2p_carries(op) * 4 + (op.peer_offset < 0 ? 2 : 0) + (op.kind == OpKind::send ? 0 : 1);
   }
   if (op.stream == Stream::copy) return kCopyQueue;
   if (op.stream == Stream::comm && is_communication(op.kind)) return 2 + static_cast<int>(op.group);

@@ -5,10 +5,14 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
 #include <map>
+#include <numeric>
 #include <set>
+#include <stdexcept>
 
 #include "graph/layer_ops.hpp"
+#include "graph/pipeline_schedule.hpp"
 #include "graph/loss_ops.hpp"
 #include "graph/queues.hpp"
 #include "graph/tape.hpp"
@@ -17,62 +21,80 @@
 namespace moesim {
 namespace {
 
-// One pass of one model chunk of one micro-batch: its forward, its backward, or (zero-bubble
-// schedules) the weight gradients held back from its backward.
-enum class Pass { forward, backward, weight };
-struct Action {
-  Pass pass;
-  int64_t micro;
-  int64_t chunk;  // virtual chunk on this stage
+// Where one model chunk of a stage sits in the pipeline: its layers, whether it holds the
+// embedding (the model's first chunk) or the head and loss (its last), and the pp-group offsets
+// of the stages that hold the chunks before and after it.
+struct ChunkPlace {
+  std::vector<int64_t> layers;
+  bool first = false;
+  bool last = false;
+  int64_t previous = 0;
+  int64_t next = 0;
 };
 
-// Megatron's 1F1B and interleaved 1F1B orders for one stage, and ZB-H1 (Qi et al., "Zero Bubble
-// Pipeline Parallelism", ICLR 2024, arXiv 2401.10241): 1F1B's order of forwards and input-gradient
-// backwards, with stage s running each micro-batch's weight gradients s backwards later (the last
-// ones after the last backward). Later stages return input gradients sooner; every stage holds
-// about p micro-batches of activations, as in 1F1B.
-//
-// Interleaved: Megatron-Core's schedule table. Micro-batches go in groups of `stages`; within a
-// group every micro-batch runs chunk 0, then every one chunk 1, ...; backwards take the chunks in
-// reverse. Stage s warms up with 2 (stages - s - 1) + (chunks - 1) stages forwards, then
-// alternates, then drains. The scenario checker asks for a micro-batch count that is a multiple
-// of the stages: with a smaller last group this order deadlocks (a stage's backward would wait
-// for a gradient whose forward input it has not yet sent).
-std::vector<Action> pipeline_schedule(int64_t stage, int64_t stages, int64_t chunks, int64_t micros, bool zero_bubble) {
-  std::vector<Action> out;
-  if (chunks == 1) {
-    const int64_t warmup = std::min(stages - stage - 1, micros);
-    const int64_t lag = zero_bubble ? stage : -1;  // weight passes run `lag` backwards behind
-    for (int64_t m = 0; m < warmup; ++m) out.push_back({Pass::forward, m, 0});
-    for (int64_t b = 0; b < micros; ++b) {
-      if (b + warmup < micros) out.push_back({Pass::forward, b + warmup, 0});
-      out.push_back({Pass::backward, b, 0});
-      if (zero_bubble && b - lag >= 0) out.push_back({Pass::weight, b - lag, 0});
-    }
-    if (zero_bubble) {
-      for (int64_t m = std::max<int64_t>(micros - lag, 0); m < micros; ++m) out.push_back({Pass::weight, m, 0});
-    }
-    return out;
-  }
-  std::vector<Action> forwards, backwards;
-  for (int64_t first = 0; first < micros; first += stages) {
-    const int64_t last = std::min(first + stages, micros);
-    for (int64_t c = 0; c < chunks; ++c) {
-      for (int64_t m = first; m < last; ++m) {
-        forwards.push_back({Pass::forward, m, c});
-        backwards.push_back({Pass::backward, m, chunks - 1 - c});
+// An overlapped forward/backward pair's ops: the forward's [begin, middle), the backward's
+// [middle, end).
+struct OverlappedPair {
+  uint32_t begin, middle, end;
+};
+
+// DualPipe's overlapped_forward_backward: the ops of each pair merged into one issue order, each
+// side running until its next compute op would wait for a communication that side issued since it
+// last took over, then the other side taking over - so that one micro-batch's expert all-to-all
+// (or any collective) runs under the other's compute. The backward never runs ahead of a forward
+// op it depends on. Dependencies are renumbered; ops outside the pairs keep their places.
+void interleave_overlapped_pairs(Program& p, const std::vector<OverlappedPair>& pairs) {
+  if (pairs.empty()) return;
+  const size_t n = p.ops.size();
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0U);
+  std::vector<uint32_t> place(n, 0);
+  std::vector<char> placed(n, 0);
+  for (const OverlappedPair& pair : pairs) {
+    std::array<uint32_t, 2> next{pair.begin, pair.middle};
+    const std::array<uint32_t, 2> stop{pair.middle, pair.end};
+    std::array<uint32_t, 2> took_over{pair.begin, pair.begin};
+    int side = 0;
+    uint32_t out = pair.begin;
+    auto switch_side = [&] {
+      side = 1 - side;
+      took_over[static_cast<size_t>(side)] = out;
+    };
+    while (out < pair.end) {
+      const auto s = static_cast<size_t>(side);
+      if (next[s] == stop[s]) {
+        switch_side();
+        continue;
       }
+      const uint32_t x = next[s];
+      bool blocked = false, stalls = false;
+      for (uint32_t d : p.deps_of(p.ops[x])) {
+        if (d < pair.begin || d >= pair.end) continue;
+        if (!placed[d]) {
+          blocked = true;  // only a backward op can need a forward op not yet placed
+        } else if (queue_of(p.ops[x]) == kComputeQueue && queue_of(p.ops[d]) != kComputeQueue &&
+                   place[d] >= took_over[s]) {
+          stalls = true;
+        }
+      }
+      const auto other = static_cast<size_t>(1 - side);
+      if (blocked || (stalls && next[other] < stop[other])) {
+        switch_side();
+        continue;
+      }
+      order[out] = x;
+      place[x] = out;
+      placed[x] = 1;
+      ++out;
+      ++next[s];
     }
   }
-  const auto total = static_cast<int64_t>(forwards.size());
-  const int64_t warmup = std::min((stages - stage - 1) * 2 + (chunks - 1) * stages, total);
-  for (int64_t k = 0; k < warmup; ++k) out.push_back(forwards[static_cast<size_t>(k)]);
-  for (int64_t k = warmup; k < total; ++k) {
-    out.push_back(forwards[static_cast<size_t>(k)]);
-    out.push_back(backwards[static_cast<size_t>(k - warmup)]);
-  }
-  for (int64_t k = total - warmup; k < total; ++k) out.push_back(backwards[static_cast<size_t>(k)]);
-  return out;
+  std::vector<uint32_t> renumber(n);
+  for (uint32_t k = 0; k < n; ++k) renumber[order[k]] = k;
+  std::vector<Op> ops(n);
+  for (uint32_t k = 0; k < n; ++k) ops[k] = p.ops[order[k]];
+  p.ops = std::move(ops);
+  for (uint32_t& d : p.deps) d = renumber[d];
 }
 
 // Per-rank sizes of an FSDP unit (a layer, the embedding, or the head).
@@ -114,34 +136,48 @@ class StepBuilder {
     zero_stage_ = p.fsdp.zero_stage;
     sync_every_micro_ = resolved_gradient_sync(p.fsdp, p.pp.stages) == GradientSync::every_micro_batch;
     zero_bubble_ = p.pp.schedule == PipelineSchedule::zero_bubble_h1;
+    dualpipe_ = p.pp.schedule == PipelineSchedule::dualpipe && p.pp.stages > 1;
+    overlap_forward_backward_ = p.pp.overlap_forward_backward;
   }
 
   int64_t num_micro() const { return num_micro_; }
   int64_t tokens() const { return c_.tokens; }
 
-  // Layers of each virtual chunk of `stage` (model chunk g = v * stages + stage).
-  std::vector<std::vector<int64_t>> chunk_layers_of(int64_t stage) const {
+  // The model chunks `stage` holds, in its schedule's chunk order: its virtual chunks (model chunk
+  // g = v * stages + stage), or DualPipe's stage and mirror stage (stages - 1 - stage).
+  std::vector<ChunkPlace> chunk_places(int64_t stage) const {
     const auto& pp = spec_.parallel.pp;
     const std::vector<int64_t> counts = chunk_layer_counts(pp, m_.num_layers);
+    const auto chunks = static_cast<int64_t>(counts.size());
     std::vector<int64_t> first_layer(counts.size() + 1, 1);
     for (size_t c = 0; c < counts.size(); ++c) first_layer[c + 1] = first_layer[c] + counts[c];
-    std::vector<std::vector<int64_t>> out(static_cast<size_t>(pp.virtual_stages));
+    auto place = [&](int64_t g, int64_t previous, int64_t next) {
+      ChunkPlace c{{}, g == 0, g == chunks - 1, previous, next};
+      for (int64_t l = first_layer[static_cast<size_t>(g)]; l < first_layer[static_cast<size_t>(g) + 1]; ++l) c.layers.push_back(l);
+      return c;
+    };
+    std::vector<ChunkPlace> out;
+    if (dualpipe_) {
+      out.push_back(place(stage, -1, 1));                   // direction 0: micro-batches enter at rank 0
+      out.push_back(place(pp.stages - 1 - stage, 1, -1));  // direction 1: they enter at rank p-1
+      return out;
+    }
     for (int64_t v = 0; v < pp.virtual_stages; ++v) {
-      const auto g = static_cast<size_t>(v * pp.stages + stage);
-      for (int64_t l = first_layer[g]; l < first_layer[g + 1]; ++l) out[static_cast<size_t>(v)].push_back(l);
+      const int64_t g = v * pp.stages + stage;
+      out.push_back(place(g, g > 0 ? (g - 1) % pp.stages - stage : 0, g + 1 < chunks ? (g + 1) % pp.stages - stage : 0));
     }
     return out;
   }
 
-  // The FSDP units of `stage`: its layers, the embedding on the first stage, the head on the
-  // last. Without adapters, LoRA adapters are left out (no layer tape is built).
+  // The FSDP units of `stage`: the layers of its chunks, the embedding with the model's first
+  // chunk, the head with its last. Without adapters, LoRA adapters are left out (no layer tape is
+  // built).
   void collect_units(int64_t stage, bool with_adapters) {
-    const auto& pp = spec_.parallel.pp;
     units_.clear();
-    if (stage == 0) units_[0] = embedding_unit();
-    if (stage == (pp.stages * pp.virtual_stages - 1) % pp.stages) units_[m_.num_layers + 1] = head_unit();
-    for (const auto& layers : chunk_layers_of(stage)) {
-      for (int64_t l : layers) units_[l] = layer_unit(l, with_adapters);
+    for (const ChunkPlace& c : chunk_places(stage)) {
+      if (c.first) units_[0] = embedding_unit();
+      if (c.last) units_[m_.num_layers + 1] = head_unit();
+      for (int64_t l : c.layers) units_[l] = layer_unit(l, with_adapters);
     }
   }
 
@@ -155,32 +191,53 @@ class StepBuilder {
   Program build(int64_t stage) {
     Program program;
     program.stage = stage;
+    stage_ = stage;
     ProgramWriter w(program);
     const auto& pp = spec_.parallel.pp;
-    const int64_t chunks = pp.virtual_stages;
-    const std::vector<std::vector<int64_t>> chunk_layers = chunk_layers_of(stage);
+    const std::vector<ChunkPlace> places = chunk_places(stage);
     states_.clear();
     held_.clear();
     loss_.clear();
     first_fwd_op_.clear();
     first_bwd_op_.clear();
     last_reduce_.clear();
+    grads_done_.clear();
     accumulated_.clear();
-    deferred_.clear();
+    held_back_.clear();
     collect_units(stage, true);
     persistent(program);
 
-    for (const Action& a : pipeline_schedule(stage, pp.stages, chunks, num_micro_, zero_bubble_)) {
-      const int64_t g = a.chunk * pp.stages + stage;
-      const auto& layers = chunk_layers[static_cast<size_t>(a.chunk)];
-      pass_start_ = static_cast<int64_t>(program.ops.size());
+    const std::vector<Action> actions = dualpipe_
+                                            ? dualpipe_schedule(stage, pp.stages, num_micro_, overlap_forward_backward_)
+                                            : pipeline_schedule(stage, pp.stages, pp.virtual_stages, num_micro_, zero_bubble_);
+    std::vector<OverlappedPair> pairs;
+    int64_t pair_start = -1;  // first op of an overlapped forward whose backward comes next
+    for (const Action& a : actions) {
+      const ChunkPlace& place = places[static_cast<size_t>(a.chunk)];
+      const auto here = static_cast<int64_t>(program.ops.size());
+      pass_start_ = here;
       switch (a.pass) {
-        case Pass::forward: forward(w, a.micro, g, layers); break;
-        case Pass::backward: backward(w, a.micro, g, layers); break;
-        case Pass::weight: weight_gradients(w, a.micro); break;
+        case Pass::forward:
+          if (a.overlapped) pair_start = here;
+          forward(w, a.micro, place);
+          break;
+        case Pass::backward:
+          defer_weights_ = a.defer_weights;
+          // The backward of an overlapped pair is posted with its forward, not after it.
+          schedule_point_limit_ = pair_start >= 0 ? pair_start : -1;
+          backward(w, a.micro, place);
+          schedule_point_limit_ = -1;
+          if (pair_start >= 0) {
+            pairs.push_back({static_cast<uint32_t>(pair_start), static_cast<uint32_t>(here),
+                             static_cast<uint32_t>(program.ops.size())});
+          }
+          pair_start = -1;
+          break;
+        case Pass::weight: weight_gradients(w); break;
       }
     }
     optimizer(w);
+    interleave_overlapped_pairs(program, pairs);
     return program;
   }
 
@@ -188,7 +245,7 @@ class StepBuilder {
   TapePolicy policy_for(int64_t layer) const {
     TapePolicy p;
     p.comm_on_compute_stream = !spec_.overlap.comm_compute;
-    p.split_weight_grad = zero_bubble_;
+    p.split_weight_grad = defer_weights_;
     if (layer >= 1 && layer <= m_.num_layers) {
       if (spec_.recompute.layers.contains(layer)) p.recompute = spec_.recompute.policy;
       if (spec_.swap.enabled && spec_.swap.layers.contains(layer)) p.swap = spec_.swap.ops;
@@ -332,13 +389,16 @@ class StepBuilder {
     return needs_reduction(part) && zero_stage_ >= 2 && plan_.group_size(part.shard_group) > 1;
   }
   // Gradients are reduced in this micro-batch's backward.
-  bool syncs(int64_t micro) const { return sync_every_micro_ || micro == num_micro_ - 1; }
+  bool syncs(int64_t micro) const { return sync_every_micro_ || last_micro(micro); }
+  // The first and the last micro-batch through a unit: of the step, or of its DualPipe direction.
+  bool first_micro(int64_t micro) const { return micro == 0 || (dualpipe_ && micro == num_micro_ / 2); }
+  bool last_micro(int64_t micro) const { return micro == num_micro_ - 1 || (dualpipe_ && micro == num_micro_ / 2 - 1); }
 
   // Unsharded gradient buffers a unit's backward accumulates into, in the order reduce() releases
   // them: one set per micro-batch when gradients sync every micro-batch, else one set held from
   // the first micro-batch's backward to the last one's reduction.
   std::vector<uint32_t> grad_buffers(ProgramWriter& w, int64_t layer, int64_t micro, std::vector<uint32_t>& alloc) {
-    if (!sync_every_micro_ && micro > 0) return accumulated_.at(layer);
+    if (!sync_every_micro_ && !first_micro(micro)) return accumulated_.at(layer);
     const double bytes = dtype_bytes(spec_.training.precision.grad_reduce);
     std::vector<uint32_t> out;
     for (const Part& part : parts(units_.at(layer))) {
@@ -435,7 +495,7 @@ class StepBuilder {
   // A pipeline receive is posted where the schedule reaches it, after the compute before it (as
   // Megatron posts it together with the previous send), not as soon as its queue is free: its
   // buffer is allocated then, and a stage cannot take in activations ahead of its schedule.
-  static void post_at_schedule_point(ProgramWriter& w, uint32_t recv) {
+  void post_at_schedule_point(ProgramWriter& w, uint32_t recv) const {
     const int64_t before = last_compute(w);
     if (before >= 0 && static_cast<uint32_t>(before) < recv) w.order_after(recv, static_cast<uint32_t>(before));
   }
@@ -453,34 +513,30 @@ class StepBuilder {
     w.effect(s, what.buffer, MemAction::free);
   }
 
-  void forward(ProgramWriter& w, int64_t micro, int64_t g, const std::vector<int64_t>& layers) {
-    const auto& pp = spec_.parallel.pp;
-    const int64_t stages = pp.stages;
-    const int64_t last_chunk = stages * pp.virtual_stages - 1;
+  void forward(ProgramWriter& w, int64_t micro, const ChunkPlace& place) {
     const double hidden_bytes = static_cast<double>(c_.sp_tokens() * m_.hidden_size) * dtype_bytes(c_.act);
     const int32_t mi = static_cast<int32_t>(micro);
+    const auto& layers = place.layers;
     Boundary h{0, -1};
-    if (g == 0) {
+    if (place.first) {
       const int64_t id_rows = c_.tp > 1 ? c_.tokens : c_.sp_tokens();  // every TP rank looks up all tokens
       const uint32_t ids = w.buffer(static_cast<double>(id_rows) * 4.0, MemCategory::activation, "token_ids");
       h = run_unit_forward(w, 0, micro, build_embedding_tape(c_), Boundary{ids, -1}, {ids});
     } else {
-      const int64_t from = (g - 1) % stages - (g % stages);
-      const uint32_t r = p2p(w, OpKind::recv, from, micro, layers.empty() ? m_.num_layers + 1 : layers.front(), Phase::fwd,
-                             hidden_bytes, "pp_recv.activation");
+      const uint32_t r = p2p(w, OpKind::recv, place.previous, micro, layers.empty() ? m_.num_layers + 1 : layers.front(),
+                             Phase::fwd, hidden_bytes, "pp_recv.activation");
       post_at_schedule_point(w, r);
       const uint32_t b = w.buffer(hidden_bytes, MemCategory::activation, "pp.activation_in");
       w.effect(r, b, MemAction::alloc);
       h = Boundary{b, r};
     }
     for (int64_t l : layers) h = run_unit_forward(w, l, micro, build_layer_tape(c_, l), h, {});
-    if (g == last_chunk) {
+    if (place.last) {
       const int64_t head = m_.num_layers + 1;
       h = run_unit_forward(w, head, micro, build_final_norm_tape(c_), h, {});
       loss_[micro] = emit_loss_forward(w, c_, policy_for(head), mi, h.buffer, static_cast<uint32_t>(h.producer));
     } else {
-      const int64_t to = (g + 1) % stages - (g % stages);
-      send_away(w, to, micro, layers.empty() ? 0 : layers.back(), Phase::fwd, hidden_bytes, "pp_send.activation", h);
+      send_away(w, place.next, micro, layers.empty() ? 0 : layers.back(), Phase::fwd, hidden_bytes, "pp_send.activation", h);
     }
   }
 
@@ -496,7 +552,7 @@ class StepBuilder {
       } else {
         held_[{micro, layer}] = gathered;
       }
-    } else if (zero_stage_ >= 1 && micro == 0) {
+    } else if (zero_stage_ >= 1 && first_micro(micro)) {
       // The distributed optimizer's parameter all-gather, into the persistent full copy:
       // overlapped with the next step's first forward, unit by unit (Megatron's
       // overlap_param_gather), which is this step's first forward in steady state.
@@ -521,33 +577,33 @@ class StepBuilder {
     return last_compute(w);
   }
 
-  // The last compute op emitted so far, -1 if none.
-  static int64_t last_compute(const ProgramWriter& w) {
+  // The last compute op emitted so far (before the overlapped forward, while the backward of an
+  // overlapped pair is emitted), -1 if none.
+  int64_t last_compute(const ProgramWriter& w) const {
     const auto& ops = w.program().ops;
-    for (size_t i = ops.size(); i-- > 0;) {
+    const size_t end = schedule_point_limit_ >= 0 ? static_cast<size_t>(schedule_point_limit_) : ops.size();
+    for (size_t i = end; i-- > 0;) {
       if (queue_of(ops[i]) == kComputeQueue) return static_cast<int64_t>(i);
     }
     return -1;
   }
 
-  void backward(ProgramWriter& w, int64_t micro, int64_t g, const std::vector<int64_t>& layers) {
-    const auto& pp = spec_.parallel.pp;
-    const int64_t stages = pp.stages;
-    const int64_t last_chunk = stages * pp.virtual_stages - 1;
+  void backward(ProgramWriter& w, int64_t micro, const ChunkPlace& place) {
+    if (defer_weights_) held_back_.push_back({micro, {}});
     const double hidden_bytes = static_cast<double>(c_.sp_tokens() * m_.hidden_size) * dtype_bytes(c_.act);
     const int32_t mi = static_cast<int32_t>(micro);
+    const auto& layers = place.layers;
     Boundary grad{0, -1};
     int64_t anchor = -1;
-    if (g == last_chunk) {
+    if (place.last) {
       const int64_t head = m_.num_layers + 1;
       auto [dx, producer] = emit_loss_backward(w, c_, policy_for(head), mi, loss_.at(micro));
       anchor = producer;
       grad = run_unit_backward(w, head, micro, build_final_norm_tape(c_), Boundary{dx, producer}, anchor);
       anchor = grad.producer;
     } else {
-      const int64_t from = (g + 1) % stages - (g % stages);
-      const uint32_t r = p2p(w, OpKind::recv, from, micro, layers.empty() ? 0 : layers.back(), Phase::bwd, hidden_bytes,
-                             "pp_recv.gradient");
+      const uint32_t r = p2p(w, OpKind::recv, place.next, micro, layers.empty() ? 0 : layers.back(), Phase::bwd,
+                             hidden_bytes, "pp_recv.gradient");
       post_at_schedule_point(w, r);
       const uint32_t b = w.buffer(hidden_bytes, MemCategory::gradient, "pp.gradient_in");
       w.effect(r, b, MemAction::alloc);
@@ -558,15 +614,14 @@ class StepBuilder {
       grad = run_unit_backward(w, *it, micro, build_layer_tape(c_, *it), grad, anchor);
       anchor = first_bwd_op_.at(*it);
     }
-    if (g == 0) {
+    if (place.first) {
       if (c_.train_base) {
         grad = run_unit_backward(w, 0, micro, build_embedding_tape(c_), grad, anchor);
       } else {
         release_embedding(w, micro, grad);
       }
     } else {
-      const int64_t to = (g - 1) % stages - (g % stages);
-      send_away(w, to, micro, layers.empty() ? m_.num_layers + 1 : layers.front(), Phase::bwd, hidden_bytes,
+      send_away(w, place.previous, micro, layers.empty() ? m_.num_layers + 1 : layers.front(), Phase::bwd, hidden_bytes,
                 "pp_send.gradient", grad);
     }
   }
@@ -604,28 +659,37 @@ class StepBuilder {
     TapeState& st = states_.at({micro, layer});
     const BackwardResult r = emit_backward(w, tape, policy_for(layer), sc, st, grad_out.buffer, grad_out.producer, anchor);
     first_bwd_op_[layer] = r.first_compute_op;
-    if (zero_bubble_) {
+    if (defer_weights_) {
       // The weight gradients, and the reduction that needs them, wait for the weight pass.
-      deferred_[micro].push_back(DeferredUnit{layer, r.last_op, r.weight_grads, grads});
-    } else if (syncs(micro)) {
-      std::vector<uint32_t> reduced = reduce(w, layer, static_cast<int32_t>(micro), r.last_op, grads);
-      if (!reduced.empty()) last_reduce_[layer] = std::move(reduced);
+      held_back_.back().units.push_back(DeferredUnit{layer, r.last_op, r.weight_grads, grads});
+    } else {
+      grads_done_[layer] = r.last_op;
+      if (syncs(micro)) {
+        std::vector<uint32_t> reduced = reduce(w, layer, static_cast<int32_t>(micro), r.last_op, grads);
+        if (!reduced.empty()) last_reduce_[layer] = std::move(reduced);
+      }
+      if (dualpipe_ && last_micro(micro)) mirror_gradients(w, layer);
     }
     states_.erase({micro, layer});
     return Boundary{r.input_grad_buffer, r.input_grad_producer};
   }
 
-  // A zero-bubble weight pass: the held-back weight gradients of every unit of the micro-batch's
-  // backward, in backward order, each unit's gradient reduction after its last one.
-  void weight_gradients(ProgramWriter& w, int64_t micro) {
-    for (const DeferredUnit& u : deferred_[micro]) {
+  // A zero-bubble weight pass: the held-back weight gradients of the oldest backward still holding
+  // some (FIFO), unit by unit in backward order, each unit's gradient reduction after its last one.
+  void weight_gradients(ProgramWriter& w) {
+    if (held_back_.empty()) throw std::logic_error("pipeline schedule: a weight pass without a held-back backward");
+    const HeldBack chunk = std::move(held_back_.front());
+    held_back_.pop_front();
+    for (const DeferredUnit& u : chunk.units) {
       const int64_t last = emit_weight_grads(w, u.weight_grads);
-      if (!syncs(micro)) continue;
       const uint32_t after = last >= 0 ? static_cast<uint32_t>(last) : u.backward_end;
-      std::vector<uint32_t> reduced = reduce(w, u.layer, static_cast<int32_t>(micro), after, u.grads);
-      if (!reduced.empty()) last_reduce_[u.layer] = std::move(reduced);
+      grads_done_[u.layer] = after;
+      if (syncs(chunk.micro)) {
+        std::vector<uint32_t> reduced = reduce(w, u.layer, static_cast<int32_t>(chunk.micro), after, u.grads);
+        if (!reduced.empty()) last_reduce_[u.layer] = std::move(reduced);
+      }
+      if (dualpipe_ && last_micro(chunk.micro)) mirror_gradients(w, u.layer);
     }
-    deferred_.erase(micro);
   }
 
   int64_t prefetch_anchor_backward(const ProgramWriter& w, int64_t layer) const {
@@ -634,6 +698,38 @@ class StepBuilder {
     auto it = first_bwd_op_.find(layer + k);
     if (it != first_bwd_op_.end() && it->second >= pass_start_) return it->second;
     return last_compute(w);
+  }
+
+  // DualPipe's two copies of each stage (stage s on rank s and on rank p-1-s) sum their gradients
+  // once a unit's are complete: an exchange with the mirror rank of the unit's reduced gradients
+  // (its shard when the data-parallel reduction scattered them), summed in place as an all-reduce
+  // of the pair does (the add runs in the communication kernels, not on the compute stream). It
+  // runs on pipeline queues of its own channel, overlapped with the rest of the backward; both
+  // ends complete their units in the same order (the schedule is symmetric, phase 0 being the
+  // same model stage on both), so the channel's order matches.
+  void mirror_gradients(ProgramWriter& w, int64_t layer) {
+    double elements = 0;
+    for (const Part& part : parts(units_.at(layer))) {
+      const int64_t shards = plan_.group_size(part.shard_group);
+      elements += part.trainable / static_cast<double>(zero_stage_ >= 1 && shards > 1 ? shards : 1);
+    }
+    if (elements <= 0) return;
+    std::vector<uint32_t> ready;
+    if (auto it = last_reduce_.find(layer); it != last_reduce_.end()) {
+      ready = it->second;
+    } else {
+      ready.push_back(grads_done_.at(layer));
+    }
+    const double bytes = elements * dtype_bytes(spec_.training.precision.grad_reduce);
+    const int64_t mirror = spec_.parallel.pp.stages - 1 - 2 * stage_;  // offset of rank p-1-s
+    const std::string name = unit_name(layer) + ".dualpipe_mirror_grad.";
+    std::vector<uint32_t> exchange;
+    for (OpKind kind : {OpKind::send, OpKind::recv}) {
+      const uint32_t op = p2p(w, kind, mirror, -1, layer, Phase::optimizer, bytes, name + std::string(enum_name(kind)));
+      for (uint32_t r : ready) w.order_after(op, r);
+      exchange.push_back(op);
+    }
+    last_reduce_[layer] = exchange;
   }
 
   void optimizer(ProgramWriter& w) {
@@ -672,14 +768,24 @@ class StepBuilder {
   std::map<int64_t, std::vector<uint32_t>> last_reduce_;  // per layer, each gradient part's last reduction
   int64_t pass_start_ = 0;  // first op index of the forward or backward being emitted
   int64_t zero_stage_ = 3;
+  int64_t stage_ = 0;  // the stage whose program is being built
   bool zero_bubble_ = false;
+  bool dualpipe_ = false;
+  bool overlap_forward_backward_ = true;
+  bool defer_weights_ = false;         // the backward being emitted holds its weight gradients back
+  int64_t schedule_point_limit_ = -1;  // >= 0: receives are posted as if emitted before this op
   struct DeferredUnit {
     int64_t layer;
     uint32_t backward_end;
     std::vector<DeferredWeightGrad> weight_grads;
     std::vector<uint32_t> grads;  // unsharded gradient buffers its reduction releases
   };
-  std::map<int64_t, std::vector<DeferredUnit>> deferred_;  // per micro-batch, in backward order
+  struct HeldBack {  // one backward's held-back weight gradients, unit by unit in backward order
+    int64_t micro;
+    std::vector<DeferredUnit> units;
+  };
+  std::deque<HeldBack> held_back_;     // oldest first: weight passes take them in order
+  std::map<int64_t, uint32_t> grads_done_;  // per layer: the op that completes its gradients
   bool sync_every_micro_ = true;
   std::map<int64_t, std::vector<uint32_t>> accumulated_;  // per layer: unsharded gradients held across micro-batches
 };

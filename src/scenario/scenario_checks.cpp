@@ -137,8 +137,13 @@ class ScenarioChecker {
   void check_pipeline() const {
     const auto& pp = spec_.parallel.pp;
     if (pp.virtual_stages > 1 && pp.schedule != PipelineSchedule::interleaved_1f1b) {
-      // (zb_h1 is a schedule of one chunk per stage; ZB-V, its two-chunk form, is not modelled.)
+      // (zb_h1 is a schedule of one chunk per stage; ZB-V, its two-chunk form, is not modelled;
+      // dualpipe's second chunk on a stage is the mirror stage, not a virtual stage.)
       fail("/parallel/pp/virtual_stages", "more than one virtual stage needs the interleaved_1f1b schedule");
+    }
+    if (pp.schedule == PipelineSchedule::dualpipe && (pp.stages < 2 || pp.stages % 2 != 0)) {
+      fail("/parallel/pp/stages", "dualpipe pairs stage s with stage p-1-s: needs an even number of stages, got " +
+                                      str(pp.stages));
     }
     const int64_t chunks = product("/parallel/pp/virtual_stages", {pp.stages, pp.virtual_stages}, limits::kMaxLayers,
                                    "stages x virtual_stages (model chunks)");
@@ -213,6 +218,12 @@ class ScenarioChecker {
     if (p.pp.schedule == PipelineSchedule::interleaved_1f1b && p.pp.stages > 1 && micro_steps % p.pp.stages != 0) {
       fail("/batch/global_batch_size", "interleaved 1F1B needs the micro-batch count (" + str(micro_steps) +
                                            ") to be a multiple of the stages (" + str(p.pp.stages) + ")");
+    }
+    // DualPipe feeds half the micro-batches from each end and needs both pipelines full in its
+    // steady phase (DeepSeek's implementation asserts the same).
+    if (p.pp.schedule == PipelineSchedule::dualpipe && (micro_steps % 2 != 0 || micro_steps < 2 * p.pp.stages)) {
+      fail("/batch/global_batch_size", "dualpipe needs an even micro-batch count of at least 2 x stages (" +
+                                           str(2 * p.pp.stages) + "), got " + str(micro_steps));
     }
     // The work the graph builder and the engine would do, before they start: every rank's program
     // holds each micro-batch's pass through each of its stage's layers.

@@ -91,10 +91,17 @@ template <class F>
 void declare_fields(F& f, PipelineSpec& s) {
   f.optional("stages", s.stages, int64_t{1}, "Pipeline stages.", positive(limits::kMaxDevices));
   f.optional("schedule", s.schedule, PipelineSchedule::one_f_one_b,
-             "Pipeline schedule: 1f1b, interleaved_1f1b (with virtual_stages), or zb_h1 (1F1B with each weight "
-             "gradient split from its backward and deferred into the bubble: zero-bubble ZB-H1).");
+             "Pipeline schedule: 1f1b, interleaved_1f1b (with virtual_stages), zb_h1 (1F1B with each weight "
+             "gradient split from its backward and deferred into the bubble: zero-bubble ZB-H1), or dualpipe "
+             "(DeepSeek-V3's bidirectional schedule: stage s also holds stage p-1-s, micro-batches enter from both "
+             "ends, forward and backward chunks of two micro-batches overlap; needs an even number of stages and "
+             "at least 2 x stages micro-batches, an even count).");
   f.optional("virtual_stages", s.virtual_stages, int64_t{1}, "Model chunks per stage (interleaved_1f1b only).",
              positive(limits::kMaxVirtualStages));
+  f.optional("overlap_forward_backward", s.overlap_forward_backward, true,
+             "dualpipe only: interleave each overlapped forward and backward chunk pair op by op so that one's "
+             "communication hides under the other's compute (the model's overlapped_forward_backward); false "
+             "runs the pair one after the other.");
   f.optional("layers_per_chunk", s.layers_per_chunk, std::vector<int64_t>{},
              "Layers of each model chunk in pipeline order, stages x virtual_stages counts (chunk c on stage c % "
              "stages); the embedding is part of the first chunk, the head and loss of the last. Empty: an even "

@@ -27,7 +27,7 @@ namespace moesim {
 
 enum class TrainingMode { pretrain, full_finetune, lora };
 enum class OptimizerKind { adamw, sgd };
-enum class PipelineSchedule { one_f_one_b, interleaved_1f1b, zero_bubble_h1 };
+enum class PipelineSchedule { one_f_one_b, interleaved_1f1b, zero_bubble_h1, dualpipe };
 enum class RecomputePolicy { none, selective, full };
 // How the expert all-to-all reaches other scale-up domains: every token copy straight to its
 // expert's rank, or once per destination domain and fanned out inside it (DeepEP's internode
@@ -139,6 +139,9 @@ struct PipelineSpec {
   int64_t stages = 1;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   int64_t virtual_stages = 1;  // model chunks per stage (interleaved 1F1B)
+  // DualPipe: each overlapped pair of a forward and a backward chunk runs interleaved, so that
+  // one's communication hides under the other's compute; false runs them one after the other.
+  bool overlap_forward_backward = true;
   // Layers of each model chunk in pipeline order (stages x virtual_stages entries; chunk c runs
   // on stage c % stages); empty: an even split. The embedding belongs to chunk 0, the final norm,
   // head and loss to the last chunk (Megatron's pipeline layout).
@@ -296,10 +299,11 @@ struct EnumNames<OptimizerKind> {
 };
 template <>
 struct EnumNames<PipelineSchedule> {
-  static constexpr std::array<std::pair<std::string_view, PipelineSchedule>, 3> names{{
+  static constexpr std::array<std::pair<std::string_view, PipelineSchedule>, 4> names{{
       {"1f1b", PipelineSchedule::one_f_one_b},
       {"interleaved_1f1b", PipelineSchedule::interleaved_1f1b},
       {"zb_h1", PipelineSchedule::zero_bubble_h1},
+      {"dualpipe", PipelineSchedule::dualpipe},
   }};
 };
 template <>

@@ -10,9 +10,12 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "../graph/graph_test_util.hpp"
 #include "engine/engine.hpp"
+#include "graph/graph_checks.hpp"
+#include "graph/pipeline_schedule.hpp"
 
 using namespace moesim;
 using test::Plan;
@@ -295,4 +298,182 @@ TEST_CASE("ZB-H1: the bubble shrinks to (p - 1)(F + B - W), every op runs, memor
       CHECK(r.memory[0].peak_hbm_bytes == doctest::Approx(one_f_one_b.result.memory[0].peak_hbm_bytes).epsilon(0.02));
     }
   }
+}
+
+namespace {
+
+// A reference for a schedule on uniform stages: each rank runs its actions in order, each taking
+// its pass's time; a forward starts once the previous stage's forward of that micro-batch ended,
+// a backward once the next stage's backward of it ended; transfers take no time. Returns the time
+// each rank ends its last pass.
+std::vector<double> reference_schedule(int64_t stages, int64_t micros, double f, double b, double w) {
+  std::vector<std::vector<Action>> actions;
+  for (int64_t r = 0; r < stages; ++r) actions.push_back(dualpipe_schedule(r, stages, micros, true));
+  auto stage_of = [&](int64_t rank, int64_t chunk) { return chunk == 0 ? rank : stages - 1 - rank; };
+  std::map<std::tuple<Pass, int64_t, int64_t>, double> done;  // (pass, model stage, micro) -> end
+  std::vector<size_t> next(static_cast<size_t>(stages), 0);
+  std::vector<double> clock(static_cast<size_t>(stages), 0.0);
+  std::vector<std::vector<bool>> held(static_cast<size_t>(stages));
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int64_t r = 0; r < stages; ++r) {
+      auto& k = next[static_cast<size_t>(r)];
+      auto& t = clock[static_cast<size_t>(r)];
+      while (k < actions[static_cast<size_t>(r)].size()) {
+        const Action& a = actions[static_cast<size_t>(r)][k];
+        if (a.pass == Pass::weight) {
+          t += w;
+        } else {
+          const int64_t s = stage_of(r, a.chunk);
+          const bool forward = a.pass == Pass::forward;
+          const int64_t from = forward ? s - 1 : s + 1;
+          double ready = t;
+          if (from >= 0 && from < stages) {
+            auto it = done.find({a.pass, from, a.micro});
+            if (it == done.end()) break;
+            ready = std::max(ready, it->second);
+          }
+          t = ready + (forward ? f : a.defer_weights ? b : b + w);
+          done[{a.pass, s, a.micro}] = t;
+        }
+        ++k;
+        progress = true;
+      }
+    }
+  }
+  for (int64_t r = 0; r < stages; ++r) REQUIRE(next[static_cast<size_t>(r)] == actions[static_cast<size_t>(r)].size());
+  return clock;
+}
+
+bool is_mirror_or_optimizer(const Program& p, const Op& op) {
+  return op.phase == Phase::optimizer || p.name_of(op).find(".dualpipe_mirror_grad.") != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("DualPipe: every op runs, and each rank ends its passes when the schedule's recurrence says") {
+  for (int64_t p : {2, 4, 8}) {
+    for (int64_t m : {2 * p, 4 * p, int64_t{32}}) {
+      CAPTURE(p);
+      CAPTURE(m);
+      Plan dual = uniform_pipeline(p, 1, m);
+      dual.schedule = "dualpipe";
+      const Run run = simulate(dual, true);
+      const StepResult& r = run.result;
+      const std::vector<std::string> problems = check_step_graph(run.graph);
+      for (const auto& x : problems) MESSAGE(x);
+      CHECK(problems.empty());  // p2p pairs match channel by channel, memory balances
+      CHECK(r.timeline.records.size() == ops_of_all_ranks(run.graph));
+      // Per pass of one chunk, from a middle rank's compute ops: F, B (input gradients) and W
+      // (weight gradients); a backward that keeps its weight gradients takes B + W.
+      const auto rank = static_cast<int32_t>(p / 2);
+      double f = 0, b = 0, w = 0;
+      std::vector<double> last_pass_end(static_cast<size_t>(p), 0.0);
+      for (const ExecRecord& rec : r.timeline.records) {
+        const Program& prog = run.graph.programs[static_cast<size_t>(rec.program)];
+        const Op& op = prog.ops[rec.op];
+        if (rec.stream != Stream::compute || is_communication(op.kind) || is_mirror_or_optimizer(prog, op)) continue;
+        double& end = last_pass_end[static_cast<size_t>(rec.rank)];
+        end = std::max(end, seconds(rec.end));
+        if (rec.rank != rank) continue;
+        const double t = seconds(rec.end - rec.start);
+        (op.phase == Phase::fwd ? f : prog.name_of(op).ends_with(".wgrad") ? w : b) += t;
+      }
+      // Every pass on the rank: m forwards, m backwards, and the held-back weight gradients of
+      // some backwards (their count is the number of weight passes).
+      const std::vector<Action> actions = dualpipe_schedule(rank, p, m, true);
+      const auto weight_passes =
+          static_cast<double>(std::count_if(actions.begin(), actions.end(), [](const Action& a) { return a.pass == Pass::weight; }));
+      const double mm = static_cast<double>(m);
+      const double w_chunk = w / weight_passes;
+      const double b_chunk = (b + w - mm * w_chunk) / mm + 0.0;  // input-gradient part of one backward
+      const std::vector<double> expected = reference_schedule(p, m, f / mm, b_chunk, w_chunk);
+      for (int64_t k = 0; k < p; ++k) {
+        CAPTURE(k);
+        CHECK(last_pass_end[static_cast<size_t>(k)] == doctest::Approx(expected[static_cast<size_t>(k)]).epsilon(0.01));
+      }
+    }
+  }
+}
+
+TEST_CASE("DualPipe holds two stages' weights and at most p + 1 micro-batches of activations per rank") {
+  for (int64_t p : {2, 4}) {
+    CAPTURE(p);
+    Plan dual = uniform_pipeline(p, 1, 4 * p);
+    dual.schedule = "dualpipe";
+    const Run d = simulate(dual);
+    const Run one = simulate(uniform_pipeline(p, 1, 1));  // one micro-batch through 1F1B
+    const Run plain = simulate(uniform_pipeline(p, 1, 4 * p));
+    for (int64_t r = 0; r < p; ++r) {
+      CAPTURE(r);
+      // Rank r holds stage r and stage p-1-r: the weights of both, as 1F1B's ranks r and p-1-r.
+      const PersistentMemory& mine = d.graph.programs[static_cast<size_t>(r)].persistent;
+      const PersistentMemory& a = plain.graph.programs[static_cast<size_t>(r)].persistent;
+      const PersistentMemory& b = plain.graph.programs[static_cast<size_t>(p - 1 - r)].persistent;
+      CHECK(mine.params == doctest::Approx(a.params + b.params).epsilon(1e-12));
+      CHECK(mine.optimizer_states == doctest::Approx(a.optimizer_states + b.optimizer_states).epsilon(1e-12));
+      const double chunk = one.result.memory[static_cast<size_t>(r)].peak_hbm_bytes - one.result.memory[static_cast<size_t>(r)].persistent_bytes;
+      const RankMemory& m = d.result.memory[static_cast<size_t>(r)];
+      CHECK(m.peak_hbm_bytes - m.persistent_bytes < (static_cast<double>(p) + 1.5) * chunk);
+    }
+  }
+}
+
+TEST_CASE("DualPipe's two copies of a stage sum their gradients: one exchange of each unit's gradient shard") {
+  Plan dual = uniform_pipeline(4, 1, 8);
+  dual.schedule = "dualpipe";
+  dual.devices = 16;
+  dual.shard = 4;  // FSDP2 over 4: the exchange carries the reduce-scattered shard
+  dual.global_batch = 32;
+  const Run run = simulate(dual, true);
+  CHECK(run.result.timeline.records.size() == ops_of_all_ranks(run.graph));
+  const Run plain = simulate([&] {
+    Plan p = dual;
+    p.schedule = "1f1b";
+    return p;
+  }());
+  for (int64_t r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    const Program& prog = run.graph.programs[static_cast<size_t>(r)];
+    double sent = 0, received = 0;
+    for (const Op& op : prog.ops) {
+      if (prog.name_of(op).find(".dualpipe_mirror_grad.") == std::string::npos) continue;
+      CHECK(op.peer_offset == 3 - 2 * r);  // rank p-1-r
+      (op.kind == OpKind::send ? sent : received) += op.comm_bytes;
+    }
+    // The fp32 gradient shards of both stages the rank holds: what the stages' optimizers update.
+    const PersistentMemory& a = plain.graph.programs[static_cast<size_t>(r)].persistent;
+    const PersistentMemory& b = plain.graph.programs[static_cast<size_t>(3 - r)].persistent;
+    CHECK(sent == doctest::Approx(a.grads + b.grads).epsilon(1e-9));
+    CHECK(received == doctest::Approx(sent).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("DualPipe's overlapped forward and backward hide one micro-batch's all-to-all under the other's compute") {
+  Plan plan;  // Qwen3-30B-A3B, EP 4 x 2 stages on 8 H200s
+  plan.devices = 8;
+  plan.shard = 4;
+  plan.ep = 4;
+  plan.pp = 2;
+  plan.zero_stage = 1;
+  plan.schedule = "dualpipe";
+  plan.global_batch = 64;  // 16 micro-batches: 13 of each rank's 16 backwards run overlapped
+  const Run overlapped = simulate(plan, true);
+  plan.overlap_forward_backward = false;
+  const Run apart = simulate(plan, true);
+  CHECK(check_step_graph(overlapped.graph).empty());
+  CHECK(overlapped.result.timeline.records.size() == ops_of_all_ranks(overlapped.graph));
+  CHECK(apart.result.timeline.records.size() == ops_of_all_ranks(apart.graph));
+  // The same ops, in another order.
+  for (size_t s = 0; s < 2; ++s) CHECK(overlapped.graph.programs[s].ops.size() == apart.graph.programs[s].ops.size());
+  auto exposed_all_to_all = [](const StepResult& r) {
+    double t = 0;
+    for (const auto& [what, ps] : r.exposed) t += what == "all_to_all" ? seconds(ps) : 0;
+    return t;
+  };
+  MESSAGE("overlapped " << seconds(overlapped.result.step_time) << " a2a " << exposed_all_to_all(overlapped.result));
+  MESSAGE("apart " << seconds(apart.result.step_time) << " a2a " << exposed_all_to_all(apart.result));
+  CHECK(exposed_all_to_all(apart.result) > 0);
+  CHECK(exposed_all_to_all(overlapped.result) < 0.5 * exposed_all_to_all(apart.result));
+  CHECK(overlapped.result.step_time < apart.result.step_time);
 }

@@ -548,6 +548,11 @@ ExecResult execute(const Scenario& sc, const StepGraph& g, const ExecOptions& op
     throw InputError(sc.file, "/fused_ops/flash_attention",
                      "the executor runs flash attention only; the materialised core is simulated, not executed");
   }
+  if (sc.spec.parallel.pp.schedule == PipelineSchedule::dualpipe) {
+    // Its links carry messages both ways and between mirror stages; the executor's pipeline
+    // communicators join each stage with its neighbours in one direction only.
+    throw InputError(sc.file, "/parallel/pp/schedule", "dualpipe is simulated, not executed, by this version");
+  }
   if (opt.measured_steps < 1 || opt.warmup_steps < 1) {
     throw BackendError("execute: warmup_steps and measured_steps must be >= 1 (the slab is placed on a warm-up step's times)");
   }

@@ -118,6 +118,7 @@ std::string run_run_command(const RunCommand& c) {
     for (Picoseconds s : r.step_times) steps.push_back(static_cast<double>(s) * 1e-12);
     j["measured_step_times_s"] = steps;
     j["slowest_rank"] = r.slowest_rank;
+    j["attention_kernels"] = r.attention_kernels;
     for (const cuda::RankRun& k : r.ranks) j["ranks"].push_back(rank_json(k));
     for (const auto& [name, s] : top) j["top_ops"].push_back({{"name", name}, {"seconds", s}});
     return j.dump(2) + "\n";
@@ -127,6 +128,7 @@ std::string run_run_command(const RunCommand& c) {
   out += "  step time         " + fmt("%.4f s", static_cast<double>(r.step_time) * 1e-12) + " (median of " +
          std::to_string(r.step_times.size()) + " measured steps after " + std::to_string(cuda::ExecOptions{}.warmup_steps) + " warm-up; slowest rank " +
          std::to_string(r.slowest_rank) + ")\n";
+  out += "  flash attention   " + r.attention_kernels + "\n";
   for (const cuda::RankRun& k : r.ranks) {
     out += "  rank " + std::to_string(k.rank) + " memory     device " + fmt("%.3f GB", k.device_bytes / 1e9) +
            " = context, NCCL and libraries " + fmt("%.3f GB", (k.device_bytes - k.persistent_bytes - k.slab_bytes) / 1e9) +

@@ -10,10 +10,12 @@
 #include <set>
 #include <string>
 
+#include "backend/cuda/attention/sdpa.hpp"
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/executor.hpp"
 #include "core/json_input.hpp"
 #include "cost/cost_model.hpp"
+#include "dense_mla_scenario.hpp"
 #include "engine/engine.hpp"
 
 using namespace moesim;
@@ -168,6 +170,51 @@ TEST_CASE("every op of the calibration scenarios has a launch; arenas are sized 
       CHECK((pinned_bytes_needed(g.programs.front()) > 0) == s.spec.swap.enabled);
     }
   }
+}
+
+TEST_CASE("dense MLA attention has a launch with cuDNN's SDPA and with the backend's kernels") {
+  const test::DenseMlaSlice slice;
+  const Scenario& s = slice.scenario;
+  const StepGraph g = build_step_graph(s);
+  const Program& p = g.programs.front();
+  const RoutingPlan routing = build_routing_plan(g, 0, 0);
+  for (const bool cudnn : {false, true}) (void)size_arenas(g, s.model, 0, routing, cudnn);  // every op launches
+  // The operands one flash_attention op takes, dry: 96 heads, qk 192 / v 128, one sequence of 8192.
+  auto operands = [&](const Op& op, bool cudnn) {
+    Arena in, out;
+    OpEnv env;
+    env.graph = &g;
+    env.model = &s.model;
+    env.routing = &routing;
+    env.cudnn_attention = cudnn;
+    env.in = &in;
+    env.out = &out;
+    launch_op(env, p, static_cast<uint32_t>(&op - p.ops.data()));
+    return std::pair{in.high_water(), out.high_water()};
+  };
+  const size_t rows = 8192 * 96;  // (token, head) rows; every operand a multiple of 256 bytes
+  int64_t seen = 0;
+  for (const Op& op : p.ops) {
+    if (op.kind != OpKind::flash_attention || op.phase == Phase::recompute) continue;
+    ++seen;
+    const auto own = operands(op, false), cudnn = operands(op, true);
+    if (op.phase == Phase::fwd) {
+      // q, k (192) and v (128) in BF16; o (BF16) and lse (FP32) out, whichever kernels run.
+      CHECK(own.first == rows * (2 * 192 + 128) * 2);
+      CHECK(cudnn == own);
+      CHECK(own.second == rows * (128 * 2 + 4));
+    } else {
+      // Inputs add o, d_o (BF16) and lse. Outputs: the backend's FP32 dq, dk, dv and its FP32
+      // rowsum(dO * O); cuDNN's BF16 dq, dk, dv and its scratch (FP32 rowsum and dq accumulator).
+      CHECK(own.first == rows * ((2 * 192 + 128) * 2 + 2 * 128 * 2 + 4));
+      CHECK(cudnn.first == own.first);
+      CHECK(own.second == rows * ((2 * 192 + 128) * 4 + 4));
+      // (Where cuDNN cannot run this backward - not installed - the backend's kernels run.)
+      const bool cudnn_bwd = sdpa_backward_supported(SdpaShape{1, 8192, 96, 96, 192, 128});
+      CHECK(cudnn.second == (cudnn_bwd ? rows * ((2 * 192 + 128) * 2 + 4 + 192 * 4) : own.second));
+    }
+  }
+  CHECK(seen >= 2);
 }
 
 TEST_CASE("a trainable embedding's backward has a launch: the 1-GPU slice as full fine-tuning") {

@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "backend/cuda/attention/sdpa.hpp"
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/device.hpp"
 #include "backend/cuda/gemm.hpp"
@@ -169,7 +170,8 @@ GroupComm dry_comm(const StepGraph& g, int64_t rank, const Op& op) {
 
 }  // namespace
 
-ArenaSizes size_arenas(const StepGraph& g, const ModelSpec& model, int64_t rank, const RoutingPlan& routing) {
+ArenaSizes size_arenas(const StepGraph& g, const ModelSpec& model, int64_t rank, const RoutingPlan& routing,
+                       bool cudnn_attention) {
   const Program& p = program_of(g, rank);
   Arena in;
   std::array<Arena, kNumQueues> out{};
@@ -183,6 +185,7 @@ ArenaSizes size_arenas(const StepGraph& g, const ModelSpec& model, int64_t rank,
     env.routing = &routing;
     env.rank = rank;
     env.dry = true;
+    env.cudnn_attention = cudnn_attention;
     env.in = &in;
     env.out = &out[static_cast<size_t>(q)];
     env.comm = dry_comm(g, rank, op);
@@ -358,6 +361,7 @@ struct RankState {
   void* slab = nullptr;
   SlabPlan slab_plan;
   std::unique_ptr<Gemm> gemm;
+  std::unique_ptr<Sdpa> sdpa;  // when flash attention runs through cuDNN
   Arena in;
   std::array<Arena, kNumQueues> out{};
   IndexTables tables;
@@ -375,6 +379,7 @@ struct RankState {
     for (cudaEvent_t e : end) (void)cudaEventDestroy(e);
     if (step_start) (void)cudaEventDestroy(step_start);
     gemm.reset();
+    sdpa.reset();
     for (void* p : owned) (void)cudaFree(p);
     if (pinned) (void)cudaFreeHost(pinned);
     for (cudaStream_t s : streams) {
@@ -384,7 +389,7 @@ struct RankState {
   }
 };
 
-void setup_rank(RankState& r, const Scenario& sc, const StepGraph& g) {
+void setup_rank(RankState& r, const Scenario& sc, const StepGraph& g, bool cudnn_attention) {
   MOESIM_CUDA_CHECK(cudaSetDevice(r.device));
   MOESIM_CUDA_CHECK(cudaFree(nullptr));  // create the context
   size_t free_b = 0, total_b = 0;
@@ -431,6 +436,8 @@ void setup_rank(RankState& r, const Scenario& sc, const StepGraph& g) {
   }
   r.tables = build_tables(g, sc.model, r.rank, r.owned);
   r.gemm = std::make_unique<Gemm>();
+  // Its plans and their workspace are built on the first step (a warm-up), as PyTorch's are.
+  if (cudnn_attention) r.sdpa = std::make_unique<Sdpa>();
   MOESIM_CUDA_CHECK(cudaStreamSynchronize(s0));
   MOESIM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   r.run.executor_bytes = static_cast<double>(total_b - free_b) - before;
@@ -448,7 +455,7 @@ void setup_rank(RankState& r, const Scenario& sc, const StepGraph& g) {
 }
 
 // Issues one step on the rank's streams (the host runs ahead; the GPU follows the dependencies).
-void issue_step(RankState& r, const StepGraph& g, const Scenario& sc, const Comms& comms) {
+void issue_step(RankState& r, const StepGraph& g, const Scenario& sc, const Comms& comms, bool cudnn_attention) {
   const Program& p = *r.program;
   cudaStream_t s0 = r.streams[kComputeQueue];
   MOESIM_CUDA_CHECK(cudaEventRecord(r.step_start, s0));
@@ -473,6 +480,8 @@ void issue_step(RankState& r, const StepGraph& g, const Scenario& sc, const Comm
     env.dry = false;
     env.stream = s;
     env.gemm = r.gemm.get();
+    env.cudnn_attention = cudnn_attention;
+    env.sdpa = r.sdpa.get();
     env.in = &r.in;
     env.out = &r.out[static_cast<size_t>(q)];
     env.tables = r.tables;
@@ -556,6 +565,14 @@ ExecResult execute(const Scenario& sc, const StepGraph& g, const ExecOptions& op
   if (opt.measured_steps < 1 || opt.warmup_steps < 1) {
     throw BackendError("execute: warmup_steps and measured_steps must be >= 1 (the slab is placed on a warm-up step's times)");
   }
+  // Dense attention through cuDNN's fused SDPA when the library loads (what a training stack
+  // runs); otherwise the backend's own kernels, and the result says why.
+  bool has_flash_attention = false;
+  for (const Program& p : g.programs) {
+    for (const Op& op : p.ops) has_flash_attention = has_flash_attention || op.kind == OpKind::flash_attention;
+  }
+  std::string no_cudnn;
+  const bool cudnn_attention = has_flash_attention && cudnn_sdpa_available(&no_cudnn);
   // CPU-side plans first: every op has a kernel and every buffer balances before any GPU work.
   std::vector<std::unique_ptr<RankState>> ranks;
   std::vector<int> devices;
@@ -567,7 +584,7 @@ ExecResult execute(const Scenario& sc, const StepGraph& g, const ExecOptions& op
     st->queues = plan_queues(*st->program);
     const BufferPlan buffers = plan_buffers(*st->program);  // throws for an unbalanced program, before any GPU work
     st->routing = build_routing_plan(g, r, opt.routing_step);
-    st->sizes = size_arenas(g, sc.model, r, st->routing);
+    st->sizes = size_arenas(g, sc.model, r, st->routing, cudnn_attention);
     st->run.rank = static_cast<int32_t>(r);
     st->run.program_order_peak_bytes = buffers.program_order_peak_bytes;  // persistent added at setup
     ranks.push_back(std::move(st));
@@ -591,13 +608,13 @@ ExecResult execute(const Scenario& sc, const StepGraph& g, const ExecOptions& op
     RankState& r = *ranks[static_cast<size_t>(rank)];
     try {
       r.device = static_cast<int>(rank);
-      setup_rank(r, sc, g);
+      setup_rank(r, sc, g, cudnn_attention);
       for (int step = 0; step < total_steps; ++step) {
         sync.arrive_and_wait();
         if (failed) return;
         MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
         sync.arrive_and_wait();
-        issue_step(r, g, sc, comms);
+        issue_step(r, g, sc, comms, cudnn_attention);
         collect_step(r);
         if (step == opt.warmup_steps - 1) place_slab(r);
         const int m = step - opt.warmup_steps;
@@ -622,6 +639,9 @@ ExecResult execute(const Scenario& sc, const StepGraph& g, const ExecOptions& op
   if (error) std::rethrow_exception(error);
 
   ExecResult res;
+  res.attention_kernels = !has_flash_attention ? "no flash_attention op"
+                          : cudnn_attention    ? "cudnn " + std::to_string(cudnn_sdpa_version())
+                                               : "backend kernels (" + no_cudnn + ")";
   for (int m = 0; m < opt.measured_steps; ++m) {
     const auto& e = ends[static_cast<size_t>(m)];
     res.step_times.push_back(*std::max_element(e.begin(), e.end()));

@@ -81,7 +81,9 @@ struct ArenaSizes {
   size_t in = 0;
   std::array<size_t, kNumQueues> out{};
 };
-ArenaSizes size_arenas(const StepGraph& g, const ModelSpec& model, int64_t rank, const RoutingPlan& routing);
+// `cudnn_attention` as OpEnv's (the live launches must use the same kernels).
+ArenaSizes size_arenas(const StepGraph& g, const ModelSpec& model, int64_t rank, const RoutingPlan& routing,
+                       bool cudnn_attention = false);
 
 struct ExecOptions {
   int64_t routing_step = 0;  // routing sample (the engine's EngineOptions::step)
@@ -115,6 +117,9 @@ struct ExecResult {
   int32_t slowest_rank = 0;
   Timeline timeline;                    // the reported step: every op of every rank, memory of every rank
   std::vector<RankRun> ranks;
+  // What ran flash_attention: "cudnn 91400" (cuDNN's fused SDPA, its version), "backend kernels"
+  // with the reason cuDNN was not used, or "no flash_attention op".
+  std::string attention_kernels;
 };
 
 // Runs the graph. The plan's rank count must equal the number of visible GPUs (InputError naming

@@ -9,6 +9,7 @@
 #include "backend/cuda/attention/dsa.hpp"
 #include "backend/cuda/attention/kda.hpp"
 #include "backend/cuda/attention/mla_attention.hpp"
+#include "backend/cuda/attention/sdpa.hpp"
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/gemm.hpp"
 #include "backend/cuda/host_copy.hpp"
@@ -462,7 +463,13 @@ class Launcher {
     if (live()) kda_backward(sh, q, k, v, g, beta, d_o, scale, dq, dk, dv, dg, dbeta, ws, s());
   }
 
-  // Dense causal MLA core (the kv_b expansion is the caller's: k has q's heads).
+  Sdpa& sdpa() const {
+    if (e_.sdpa == nullptr) throw BackendError("launch_op: cudnn_attention without an Sdpa (executor bug)");
+    return *e_.sdpa;
+  }
+
+  // Dense causal MLA core (the kv_b expansion is the caller's: k has q's heads): cuDNN's fused
+  // SDPA when the executor has cuDNN, else the backend's own kernels.
   void mla() {
     if (!model().mla) no_kernel(p_, op_, "flash_attention runs the MLA kernels; the model has no mla block");
     const auto& a = *model().mla;
@@ -473,10 +480,28 @@ class Launcher {
     auto* k = in<uint16_t>(th * sh.head_dim_qk);
     auto* v = in<uint16_t>(th * sh.head_dim_v);
     const float scale = 1.0f / std::sqrt(static_cast<float>(sh.head_dim_qk));
+    const SdpaShape ss{batch, seq, sh.heads, sh.heads, sh.head_dim_qk, sh.head_dim_v};
+    const bool cudnn = e_.cudnn_attention && sdpa_shape_supported(ss);
     if (!bwd()) {
       auto* o = out<uint16_t>(th * sh.head_dim_v);
       auto* lse = out<float>(th);
-      if (live()) mla_forward(sh, q, k, v, scale, o, lse, s());
+      if (!live()) return;
+      if (cudnn) {
+        sdpa().forward(ss, q, k, v, scale, o, lse, s());
+      } else {
+        mla_forward(sh, q, k, v, scale, o, lse, s());
+      }
+      return;
+    }
+    if (cudnn && sdpa_backward_supported(ss)) {
+      auto* o = in<uint16_t>(th * sh.head_dim_v);
+      auto* lse = in<float>(th);
+      auto* d_o = in<uint16_t>(th * sh.head_dim_v);
+      auto* dq = out<uint16_t>(th * sh.head_dim_qk);
+      auto* dk = out<uint16_t>(th * sh.head_dim_qk);
+      auto* dv = out<uint16_t>(th * sh.head_dim_v);
+      void* scratch = e_.out->take_bytes(sdpa_backward_scratch_bytes(ss));
+      if (live()) sdpa().backward(ss, q, k, v, o, lse, d_o, scale, dq, dk, dv, scratch, s());
       return;
     }
     auto* o = in<uint16_t>(th * sh.head_dim_v);

@@ -2,7 +2,8 @@
 // One launch per op: what the executor (executor.hpp) issues for each op of a rank program, on
 // device buffers of the op's real shapes and dtypes - cuBLASLt GEMMs for gemm / lora_gemm and the
 // router, grouped GEMMs for the experts, the backend's norm, activation, router, permute, loss and
-// AdamW kernels (kernels.hpp), the attention kernels (attention/), NCCL for communication and
+// AdamW kernels (kernels.hpp), the attention kernels (attention/; dense attention through cuDNN's
+// fused SDPA when OpEnv::cudnn_attention), NCCL for communication and
 // pinned-host copies for swap.
 //
 // Contract: this backend measures time and memory, not numerics. Operands are carved from arenas
@@ -31,6 +32,7 @@
 namespace moesim::cuda {
 
 class Gemm;
+class Sdpa;
 
 // A bump allocator over one device region. Dry: base is null, take() only counts.
 class Arena {
@@ -117,6 +119,13 @@ struct OpEnv {
   void* pinned = nullptr;  // pinned host scratch for swap copies
   size_t pinned_bytes = 0;
   GroupComm comm;          // for communication ops
+  // flash_attention through cuDNN's fused SDPA (attention/sdpa.hpp: BF16 gradients, FP32 scratch
+  // from `out`) instead of the backend's own MLA kernels (FP32 gradients). The same in the dry run
+  // that sizes the arenas and in the live runs; `sdpa` is the device's (required when live).
+  // A shape cuDNN does not take, or a backward the loaded cuDNN cannot run (sdpa_shape_supported,
+  // sdpa_backward_supported), uses the backend's kernels.
+  bool cudnn_attention = false;
+  Sdpa* sdpa = nullptr;
 };
 
 // Issues op `i` of `p` (both arenas are reset first). Throws BackendError for an op without a kernel.

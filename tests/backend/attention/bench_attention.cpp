@@ -3,8 +3,11 @@
 // 96 heads, KDA 128 x 128, MLA qk 192 / v 128, indexer 64 x 128, top-2048, latent 512 + rope 64)
 // and prints a markdown table of achieved FLOP/s and bytes/s against the peaks given (defaults:
 // H200 dense BF16 989 TFLOP/s and HBM 4.8 TB/s, from NVIDIA's H200 datasheet:
-// docs/modelling.md#hardware-figures).
-//   attention_bench [--seq N] [--batch N] [--heads N] [--repeats N] [--only kda|mla|dsa]
+// docs/modelling.md#hardware-figures). `sdpa` times cuDNN's fused attention (sdpa.hpp) at MLA's
+// head dims with --heads heads, and at 64 query heads of dim 128 as MHA and as GQA with 8
+// key/value heads (Llama 3.1 70B's attention per GPU without tensor parallelism);
+// bench/attention_reference.py times PyTorch's cuDNN SDPA at the same shapes.
+//   attention_bench [--seq N] [--batch N] [--heads N] [--repeats N] [--only kda|mla|dsa|sdpa]
 //                   [--peak-tflops X] [--peak-gbps X] [--out FILE]
 #include <cstdio>
 #include <cstdlib>
@@ -66,6 +69,12 @@ int main(int argc, char** argv) {
   };
   run("kda", [&] { return time_kda(KdaShape{.batch = batch, .seq = seq, .heads = heads}, opt); });
   run("mla", [&] { return time_mla(MlaShape{.batch = batch, .seq = seq, .heads = heads}, opt); });
+  run("sdpa", [&] {
+    std::vector<KernelTiming> t = time_sdpa(SdpaShape{batch, seq, heads, heads, 192, 128}, "sdpa_mla", opt);
+    for (auto& x : time_sdpa(SdpaShape{batch, seq, 64, 64, 128, 128}, "sdpa_mha", opt)) t.push_back(std::move(x));
+    for (auto& x : time_sdpa(SdpaShape{batch, seq, 64, 8, 128, 128}, "sdpa_gqa", opt)) t.push_back(std::move(x));
+    return t;
+  });
   run("dsa", [&] {
     return time_dsa(DsaIndexerShape{.batch = batch, .seq = seq, .heads = 64, .head_dim = 128, .top_k = 2048},
                     DsaAttentionShape{.batch = batch, .seq = seq, .heads = heads, .top_k = 2048}, opt);

@@ -7,9 +7,14 @@
 
 #include <functional>
 #include <span>
+#include <stdexcept>
 
 #include "backend/cuda/attention/reference.hpp"
 #include "test_util.hpp"
+
+#if MOESIM_HAVE_CUDNN
+#include "backend/cuda/attention/cudnn_lib.hpp"
+#endif
 
 using namespace moesim::cuda;
 using namespace moesim::cuda::test;
@@ -105,6 +110,87 @@ TEST_CASE("MLA reference backward matches finite differences") {
   for (int d = 0; d < 5; ++d) CHECK(o[static_cast<size_t>(d)] == doctest::Approx(v[static_cast<size_t>(d)]));
 }
 
+TEST_CASE("GQA reference: backward matches finite differences and equals MHA over repeated key/value heads") {
+  const SdpaShape s{.batch = 2, .seq = 6, .heads_q = 4, .heads_kv = 2, .head_dim_qk = 5, .head_dim_v = 3};
+  const auto nq = static_cast<size_t>(s.batch * s.seq * s.heads_q * s.head_dim_qk);
+  const auto nk = static_cast<size_t>(s.batch * s.seq * s.heads_kv * s.head_dim_qk);
+  const auto nv = static_cast<size_t>(s.batch * s.seq * s.heads_kv * s.head_dim_v);
+  const auto no = static_cast<size_t>(s.batch * s.seq * s.heads_q * s.head_dim_v);
+  const auto nl = static_cast<size_t>(s.batch * s.seq * s.heads_q);
+  auto q = normal(nq), k = normal(nk), v = normal(nv), d_o = normal(no);
+  const double scale = 0.45;
+  std::vector<double> o(no), lse(nl), dq(nq), dk(nk), dv(nv);
+  ref::sdpa_backward(s, q, k, v, d_o, scale, dq, dk, dv);
+  auto loss = [&] {
+    ref::sdpa_forward(s, q, k, v, scale, o, lse);
+    return dot(o, d_o);
+  };
+  for (auto [name, x, grad] : {std::tuple{std::string("q"), &q, &dq}, std::tuple{std::string("k"), &k, &dk},
+                               std::tuple{std::string("v"), &v, &dv}}) {
+    const auto r = fd_check(*x, *grad, loss);
+    INFO(name << ": " << r.str());
+    CHECK(within(r, kFdTol));
+  }
+  // The same attention as MHA with key/value head g copied to query heads 2g and 2g + 1: equal
+  // outputs and lse, equal dq, and the GQA dk, dv are the sums of each pair's MHA gradients.
+  const MlaShape m{
+      .batch = s.batch, .seq = s.seq, .heads = s.heads_q, .head_dim_qk = s.head_dim_qk, .head_dim_v = s.head_dim_v};
+  auto expand = [&](const std::vector<double>& x, int64_t dim) {
+    std::vector<double> y(static_cast<size_t>(s.batch * s.seq * s.heads_q * dim));
+    for (int64_t r = 0; r < s.batch * s.seq; ++r)
+      for (int64_t h = 0; h < s.heads_q; ++h)
+        for (int64_t c = 0; c < dim; ++c)
+          y[static_cast<size_t>((r * s.heads_q + h) * dim + c)] =
+              x[static_cast<size_t>((r * s.heads_kv + h / 2) * dim + c)];
+    return y;
+  };
+  const auto k_full = expand(k, s.head_dim_qk), v_full = expand(v, s.head_dim_v);
+  std::vector<double> o_m(no), lse_m(nl), dq_m(nq), dk_m(nq), dv_m(no);
+  ref::sdpa_forward(s, q, k, v, scale, o, lse);
+  ref::mla_forward(m, q, k_full, v_full, scale, o_m, lse_m);
+  ref::mla_backward(m, q, k_full, v_full, d_o, scale, dq_m, dk_m, dv_m);
+  CHECK(compare(o, o_m).max_rel < 1e-14);
+  CHECK(compare(lse, lse_m).max_rel < 1e-14);
+  CHECK(compare(dq, dq_m).max_rel < 1e-12);
+  auto fold = [&](const std::vector<double>& x, int64_t dim) {
+    std::vector<double> y(static_cast<size_t>(s.batch * s.seq * s.heads_kv * dim), 0.0);
+    for (int64_t r = 0; r < s.batch * s.seq; ++r)
+      for (int64_t h = 0; h < s.heads_q; ++h)
+        for (int64_t c = 0; c < dim; ++c)
+          y[static_cast<size_t>((r * s.heads_kv + h / 2) * dim + c)] +=
+              x[static_cast<size_t>((r * s.heads_q + h) * dim + c)];
+    return y;
+  };
+  CHECK(compare(dk, fold(dk_m, s.head_dim_qk)).max_rel < 1e-12);
+  CHECK(compare(dv, fold(dv_m, s.head_dim_v)).max_rel < 1e-12);
+}
+
+TEST_CASE("SDPA refuses shapes cuDNN's fused attention does not take, saying why") {
+  CHECK_FALSE(sdpa_shape_supported(SdpaShape{.seq = 8, .heads_q = 6, .heads_kv = 4}));
+  CHECK_THROWS_WITH_AS(sdpa_check_shape(SdpaShape{.seq = 8, .heads_q = 6, .heads_kv = 4}),
+                       doctest::Contains("multiple of heads_kv"), std::invalid_argument);
+  CHECK_FALSE(sdpa_shape_supported(SdpaShape{.seq = 8, .heads_q = 4, .heads_kv = 4, .head_dim_qk = 100}));
+  CHECK_FALSE(sdpa_shape_supported(SdpaShape{.seq = 8, .heads_q = 4, .heads_kv = 4, .head_dim_v = 512}));
+  CHECK_FALSE(sdpa_shape_supported(SdpaShape{.seq = 1, .heads_q = 4, .heads_kv = 4}));
+  CHECK_FALSE(sdpa_backward_supported(SdpaShape{.seq = 8, .heads_q = 6, .heads_kv = 4}));
+  CHECK(sdpa_shape_supported(SdpaShape{.seq = 8, .heads_q = 64, .heads_kv = 8}));
+  CHECK(sdpa_shape_supported(SdpaShape{.seq = 8192, .heads_q = 96, .heads_kv = 96, .head_dim_qk = 192}));
+  // The backward's scratch: FP32 row sums (padded to 256 bytes) then the FP32 dq accumulator.
+  const SdpaShape small{.batch = 2, .seq = 100, .heads_q = 3, .heads_kv = 1, .head_dim_qk = 64};
+  CHECK(sdpa_backward_scratch_bytes(small) == 2560 + 600 * 64 * 4);
+}
+
+#if MOESIM_HAVE_CUDNN
+TEST_CASE("a missing cuDNN library is reported with its path and what to do") {
+  cudnn::CudnnApi api;
+  std::string why;
+  CHECK_FALSE(cudnn::load_cudnn("/nonexistent/libcudnn.so.9", api, why));
+  CHECK(why.find("cannot load /nonexistent/libcudnn.so.9") != std::string::npos);
+  CHECK(why.find("MOESIM_CUDNN_LIBRARY") != std::string::npos);
+  CHECK(api.version == 0);  // nothing filled in
+}
+#endif
+
 TEST_CASE("DSA references: indexer and sparse attention backward match finite differences") {
   SUBCASE("indexer") {
     const DsaIndexerShape s{.batch = 1, .seq = 6, .heads = 3, .head_dim = 4, .top_k = 3};
@@ -168,5 +254,9 @@ TEST_CASE("cost functions reproduce docs/modelling.md's figures for K3") {
   CHECK(dsa_indexer_cost(ix).flops == doctest::Approx(2.0 * 64 * 128 * 5050));
   const MlaShape m{.batch = 1, .seq = 100, .heads = 96};
   CHECK(mla_forward_cost(m).flops == doctest::Approx(2.0 * 96 * 320 * 5050));
+  // SDPA charges the same per pair, with query heads (GQA's fewer key/value heads change bytes only).
+  const SdpaShape g{.batch = 1, .seq = 100, .heads_q = 96, .heads_kv = 8, .head_dim_qk = 192, .head_dim_v = 128};
+  CHECK(sdpa_forward_cost(g).flops == doctest::Approx(mla_forward_cost(m).flops));
+  CHECK(sdpa_backward_cost(g).flops == doctest::Approx(2 * sdpa_forward_cost(g).flops));
   CHECK(causal_pairs(10, 4) == doctest::Approx(4 + 3 + 2 + 1 + 6 * 4));
 }

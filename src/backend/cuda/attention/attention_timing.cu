@@ -154,6 +154,54 @@ std::vector<KernelTiming> time_mla(const MlaShape& s, const TimingOptions& opt) 
   return out;
 }
 
+std::vector<KernelTiming> time_sdpa(const SdpaShape& s, const std::string& label, const TimingOptions& opt) {
+  sdpa_check_shape(s);
+  const int64_t tq = s.batch * s.seq * s.heads_q, tk = s.batch * s.seq * s.heads_kv;
+  const int64_t nq = tq * s.head_dim_qk, nk = tk * s.head_dim_qk, nv = tk * s.head_dim_v, no = tq * s.head_dim_v;
+  struct Set {
+    DeviceBuffer<uint16_t> q, k, v, d_o;
+  };
+  Set sets[2];
+  for (auto& st : sets)
+    st = Set{random_bf16(nq, -1, 1), random_bf16(nk, -1, 1), random_bf16(nv, -1, 1), random_bf16(no, -1, 1)};
+  DeviceBuffer<uint16_t> o(static_cast<size_t>(no)), dq(static_cast<size_t>(nq)), dk(static_cast<size_t>(nk)),
+      dv(static_cast<size_t>(nv));
+  DeviceBuffer<float> lse(static_cast<size_t>(tq));
+  DeviceBuffer<uint8_t> scratch(sdpa_backward_scratch_bytes(s));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim_qk));
+  Sdpa sdpa;
+  const std::string shape = dims({{"B", s.batch},
+                                  {"T", s.seq},
+                                  {"Hq", s.heads_q},
+                                  {"Hkv", s.heads_kv},
+                                  {"dqk", s.head_dim_qk},
+                                  {"dv", s.head_dim_v}});
+  auto fwd = [&](int rep) {
+    auto& st = sets[rep % 2];
+    sdpa.forward(s, st.q.data(), st.k.data(), st.v.data(), scale, o.data(), lse.data(), nullptr);
+  };
+  // The backward reuses the last forward's o and lse: values, not a matched pair, matter here.
+  auto bwd = [&](int rep) {
+    auto& st = sets[rep % 2];
+    sdpa.backward(s, st.q.data(), st.k.data(), st.v.data(), o.data(), lse.data(), st.d_o.data(), scale, dq.data(),
+                  dk.data(), dv.data(), scratch.data(), nullptr);
+  };
+  const KernelCost cf = sdpa_forward_cost(s), cb = sdpa_backward_cost(s);
+  std::vector<KernelTiming> out;
+  out.push_back({label + "_forward", shape, time_launch_ms(nullptr, fwd, opt.warmup, opt.repeats), cf});
+  out.push_back({label + "_backward", shape, time_launch_ms(nullptr, bwd, opt.warmup, opt.repeats), cb});
+  out.push_back({label + "_fwd_bwd", shape,
+                 time_launch_ms(
+                     nullptr,
+                     [&](int rep) {
+                       fwd(rep);
+                       bwd(rep);
+                     },
+                     opt.warmup, opt.repeats),
+                 KernelCost{cf.flops + cb.flops, cf.bytes + cb.bytes}});
+  return out;
+}
+
 std::vector<KernelTiming> time_dsa(const DsaIndexerShape& ix, const DsaAttentionShape& at, const TimingOptions& opt) {
   dsa_check_shape(ix);
   dsa_check_shape(at);

@@ -11,6 +11,7 @@
 #include "backend/cuda/attention/dsa.hpp"
 #include "backend/cuda/attention/kda.hpp"
 #include "backend/cuda/attention/mla_attention.hpp"
+#include "backend/cuda/attention/sdpa.hpp"
 
 namespace moesim::cuda {
 
@@ -30,6 +31,10 @@ struct TimingOptions {
 std::vector<KernelTiming> time_kda(const KdaShape& s, const TimingOptions& opt = {});
 // mla_forward, mla_backward (tensor cores), then the same with suffix _simt.
 std::vector<KernelTiming> time_mla(const MlaShape& s, const TimingOptions& opt = {});
+// cuDNN SDPA: <label>_forward, <label>_backward and <label>_fwd_bwd (a forward then a backward per
+// repeat, what a training step runs and what PyTorch's SDPA benchmarks time). The first warm-up
+// call builds the plans. Throws BackendError without cuDNN.
+std::vector<KernelTiming> time_sdpa(const SdpaShape& s, const std::string& label, const TimingOptions& opt = {});
 // dsa_indexer, dsa_indexer_backward, dsa_topk, dsa_sparse_forward, dsa_sparse_backward (the sparse
 // kernels run on the indices the indexer and top-k produced).
 std::vector<KernelTiming> time_dsa(const DsaIndexerShape& ix, const DsaAttentionShape& at,

@@ -12,6 +12,7 @@
 #include "backend/cuda/attention/dsa.hpp"
 #include "backend/cuda/attention/kda.hpp"
 #include "backend/cuda/attention/mla_attention.hpp"
+#include "backend/cuda/attention/sdpa.hpp"
 
 namespace moesim::cuda::ref {
 
@@ -24,7 +25,13 @@ void kda_forward(const KdaShape& s, In q, In k, In v, In g, In beta, double scal
 void kda_backward(const KdaShape& s, In q, In k, In v, In g, In beta, In d_o, double scale, Out dq, Out dk, Out dv,
                   Out dg, Out dbeta);
 
-// Causal softmax attention, heads of q and k/v equal: o [B,T,H,dv], lse [B,H,T] (natural log).
+// Causal softmax attention with grouped key/value heads (query head h reads key/value head
+// h / (Hq / Hkv)); layouts as sdpa.hpp: o [B,T,Hq,dv], lse [B,Hq,T] (natural log). The backward
+// sums each key/value head's gradient over its group.
+void sdpa_forward(const SdpaShape& s, In q, In k, In v, double scale, Out o, Out lse);
+void sdpa_backward(const SdpaShape& s, In q, In k, In v, In d_o, double scale, Out dq, Out dk, Out dv);
+
+// The same with as many key/value heads as query heads (MLA's core after the kv_b expansion).
 void mla_forward(const MlaShape& s, In q, In k, In v, double scale, Out o, Out lse);
 void mla_backward(const MlaShape& s, In q, In k, In v, In d_o, double scale, Out dq, Out dk, Out dv);
 

@@ -7,7 +7,7 @@ set -euo pipefail
 
 packages=(
   build-essential pkg-config cmake ninja-build meson python3
-  libboost-graph-dev nlohmann-json3-dev libcli11-dev doctest-dev
+  libboost-graph-dev nlohmann-json3-dev libcli11-dev doctest-dev libeigen3-dev
   libopenmpi-dev openmpi-bin
   libbenchmark-dev gcovr
   # tests/fuzz/ (the 'fuzz_loaders' test): clang with its libFuzzer runtime

@@ -90,7 +90,8 @@ double CostModel::efficiency(const Op& op, double rows_scale) const {
   switch (curve) {
     case Curve::gemm: return e.gemm.at(x);
     case Curve::grouped_gemm: return e.grouped_gemm.at(x);
-    case Curve::attention: return e.attention.at(x);
+    case Curve::attention:
+      return op.phase == Phase::bwd && e.attention_backward ? e.attention_backward->at(x) : e.attention.at(x);
     case Curve::linear_attention: return e.linear_attention.at(x);
     case Curve::none: return e.gemm.max;  // elementwise work: the memory term dominates
   }
@@ -203,7 +204,8 @@ CollectiveCost CostModel::collective(OpKind kind, double bytes, const GroupPlace
   double b_out = b_up;
   double a_out = a_up;
   if (hw_.fabric.scale_out) {
-    b_out = achievable(hw_.fabric.scale_out->nic_bandwidth.value * static_cast<double>(hw_.fabric.scale_out->nics_per_device));
+    b_out = achievable_scale_out(hw_.fabric.scale_out->nic_bandwidth.value *
+                                 static_cast<double>(hw_.fabric.scale_out->nics_per_device));
     a_out = hw_.fabric.scale_out->latency.value;
   }
   CollectiveCost c;

@@ -4,7 +4,8 @@
 // Kernels: a roofline with efficiencies, plus the launch overhead:
 //   t = max(flops / (peak[dtype] * eff_kind(size)), bytes / (hbm_bandwidth * eff_memory)) + launch
 // where eff_kind is the hardware file's curve max * x / (x + half_at) for the op's kind and size
-// measure (GEMMs: min(m, n, k); grouped GEMMs: rows per expert; attention: query rows). Host
+// measure (GEMMs: min(m, n, k); grouped GEMMs: rows per expert; attention: query rows; the backward
+// of attention kernels on the attention_backward curve when the file has one). Host
 // copies: latency + bytes / (host bandwidth * eff_copy).
 //
 // Collectives (alone, no contention): latency terms plus the bytes each rank puts on the wire over
@@ -15,7 +16,8 @@
 //   direct all-to-all                  a + (n-1)/n S / B
 //   hierarchical (group over k domains of m devices): the scale-up phases on B_up, the scale-out
 //   phase on the NIC bandwidth with S/m per rank, e.g. all-reduce = RS(m) + AR(k, S/m) + AG(m).
-// S is nccl-tests' size, B = port (or NIC) bandwidth x the collective efficiency, a the fabric's
+// S is nccl-tests' size, B = port bandwidth x the collective efficiency (NIC bandwidth x the
+// scale-out collective efficiency, which defaults to the same), a the fabric's
 // latency. algbw = S / t and busbw = algbw x (2(n-1)/n for all-reduce, (n-1)/n otherwise), as
 // nccl-tests defines them. The engine uses the split into latency and wire bytes to share links.
 //
@@ -101,8 +103,12 @@ class CostModel {
   const HardwareSpec& hardware() const { return hw_; }
 
   // What a transfer reaches on a link of `link_bytes_per_s`: the link x the hardware's collective
-  // efficiency. The one place that applies it (collectives, switch tiers, copies over the fabric).
+  // efficiency, on the scale-up fabric or (achievable_scale_out) through the NICs and the network's
+  // switch tiers. The one place that applies them (collectives, switch tiers, copies over the fabric).
   double achievable(double link_bytes_per_s) const { return link_bytes_per_s * hw_.efficiency.collective; }
+  double achievable_scale_out(double link_bytes_per_s) const {
+    return link_bytes_per_s * hw_.efficiency.collective_scale_out.value_or(hw_.efficiency.collective);
+  }
   double scale_up_bandwidth() const { return achievable(hw_.fabric.scale_up.port_bandwidth.value); }
   // The factor on a kernel's time while a transfer of its rank moves data.
   double overlap_slowdown() const { return hw_.efficiency.overlap_slowdown; }

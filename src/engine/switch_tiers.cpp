@@ -9,21 +9,22 @@ SwitchTiers::SwitchTiers(const CostModel& cost, int64_t num_ranks, int32_t first
   const HardwareSpec& hw = cost.hardware();
   domain_size_ = hw.fabric.scale_up.domain_size;
   int32_t next = first_resource;
-  auto add = [&](std::vector<Tier>& out, const std::vector<SwitchTierSpec>& specs, int64_t base) {
+  auto add = [&](std::vector<Tier>& out, const std::vector<SwitchTierSpec>& specs, int64_t base, bool scale_out) {
     int64_t below = base;
     for (const SwitchTierSpec& s : specs) {
       Tier t;
       t.span = s.span;
       t.below = below;
-      t.capacity = cost.achievable(static_cast<double>(s.span) * s.bandwidth_per_device.value);
+      const double link = static_cast<double>(s.span) * s.bandwidth_per_device.value;
+      t.capacity = scale_out ? cost.achievable_scale_out(link) : cost.achievable(link);
       t.first_resource = next;
       next += static_cast<int32_t>((num_ranks + s.span - 1) / s.span);
       out.push_back(t);
       below = s.span;
     }
   };
-  add(up_, hw.fabric.scale_up.tiers, 1);
-  if (hw.fabric.scale_out) add(out_, hw.fabric.scale_out->tiers, domain_size_);
+  add(up_, hw.fabric.scale_up.tiers, 1, false);
+  if (hw.fabric.scale_out) add(out_, hw.fabric.scale_out->tiers, domain_size_, true);
   num_resources_ = next - first_resource;
 }
 

@@ -107,11 +107,19 @@ void declare_fields(F& f, EfficiencySpec& s) {
   f.required("gemm", s.gemm, "GEMMs, by their smallest dimension.");
   f.required("grouped_gemm", s.grouped_gemm, "Expert grouped GEMMs, by rows (tokens) per expert.");
   f.required("attention", s.attention, "Flash and sparse attention and the DSA indexer, by query tokens.");
+  f.maybe("attention_backward", s.attention_backward,
+          "The backward of the attention kernels, by query tokens; absent: the attention curve for both phases.");
   f.required("linear_attention", s.linear_attention, "KDA kernels, by tokens.");
   f.required("memory", s.memory, "Fraction of HBM bandwidth memory-bound kernels reach.", between(0.01, 1));
   f.required("host_copy", s.host_copy, "Fraction of the host-memory bandwidth copies reach.", between(0.01, 1));
-  f.required("collective", s.collective, "Bus bandwidth of a large collective as a fraction of the port bandwidth.",
+  f.required("collective", s.collective,
+             "Bus bandwidth of a large collective as a fraction of the scale-up port bandwidth (and of the NIC "
+             "bandwidth unless collective_scale_out is given).",
              between(0.01, 1));
+  f.maybe("collective_scale_out", s.collective_scale_out,
+          "Bus bandwidth of a large collective through the scale-out NICs as a fraction of the NIC bandwidth; "
+          "absent: collective.",
+          between(0.01, 1));
   f.required("overlap_slowdown", s.overlap_slowdown,
              "Fraction by which compute slows while communication overlaps it.", between(0, 1));
 }

@@ -99,10 +99,15 @@ struct EfficiencySpec {
   EfficiencyCurve gemm;              // x = min(m, n, k)
   EfficiencyCurve grouped_gemm;      // x = rows per group (tokens per expert)
   EfficiencyCurve attention;         // dense and sparse flash attention, the DSA indexer; x = query tokens
+  // The backward of those kernels (phase bwd), which published kernels run at a lower fraction of
+  // the peak than their forward; absent: `attention` for both phases.
+  std::optional<EfficiencyCurve> attention_backward;
   EfficiencyCurve linear_attention;  // KDA kernels; x = tokens
   double memory = 0.85;              // fraction of HBM bandwidth memory-bound kernels reach
   double host_copy = 0.9;            // fraction of the host-memory bandwidth copies reach
-  double collective = 0.75;          // bus bandwidth of a large collective / port (or NIC) bandwidth
+  double collective = 0.75;          // bus bandwidth of a large collective / scale-up port bandwidth
+  // The same over the scale-out NICs (bus bandwidth / NIC bandwidth); absent: `collective`.
+  std::optional<double> collective_scale_out;
   double overlap_slowdown = 0.1;     // compute runs this much slower while communication overlaps it
 };
 

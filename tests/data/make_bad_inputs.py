@@ -120,6 +120,8 @@ write("domain-not-nodes", mutate(hw, setp("/fabric/scale_up/domain_size", 12)), 
 write("tier-span", mutate(hw, setp("/fabric/scale_out/tiers/0/span", 100)), "hardware", "/fabric/scale_out/tiers/0/span", "must be a multiple of the tier below (8)")
 write("no-scale-out", mutate(hw, setp("/fabric/scale_out", DELETE)), "hardware", "/max_devices", "required when there is no scale_out")
 write("missing-calibration", mutate(hw, setp("/calibration", "calibration/nope.json")), "hardware", "/calibration", "no such file")
+write("collective-scale-out-above-one", mutate(hw, setp("/efficiency/collective_scale_out", 1.2)), "hardware", "/efficiency/collective_scale_out", "must be in [0.01, 1]")
+write("attention-backward-no-max", mutate(hw, setp("/efficiency/attention_backward/max", DELETE)), "hardware", "/efficiency/attention_backward/max", "required")
 
 # --- scenarios: the plan's consistency checks -----------------------------------------------------
 write("degrees-product", mutate(scenario, setp("/parallel/fsdp/shard", 64)), "scenario", "/parallel", "the degrees multiply to 64")

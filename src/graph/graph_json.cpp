@@ -536,7 +536,17 @@ MeshShape read_mesh(const Reader& r, const json& node, const Where& where) {
   s.ep = r.integer(o.need("ep"), where.at("ep"), 1, max_degree);
   const json* etp = o.find("etp");
   s.etp = etp ? r.integer(*etp, where.at("etp"), 1, max_degree) : s.tp;
-  o.finish({"pp", "replicate", "shard", "cp", "tp", "ep", "etp"});
+  if (const json* placement = o.find("placement")) {
+    const Where at = where.at("placement");
+    const json& dims = r.array(*placement, at);
+    std::array<int, 5> seen{};
+    if (dims.size() != s.placement.size()) r.fail(at, "must name each of tp, cp, shard, replicate, pp once");
+    for (size_t i = 0; i < dims.size(); ++i) {
+      s.placement[i] = r.name<MeshDim>(dims[i], at.at(i));
+      if (++seen[static_cast<size_t>(s.placement[i])] > 1) r.fail(at.at(i), "names a dimension twice");
+    }
+  }
+  o.finish({"pp", "replicate", "shard", "cp", "tp", "ep", "etp", "placement"});
   if (s.tp % s.etp != 0) {
     r.fail(where.at("etp"), "must divide tp = " + std::to_string(s.tp) + ", got " + std::to_string(s.etp));
   }
@@ -628,6 +638,14 @@ std::string export_graph_json(const StepGraph& g) {
   if (mesh.etp != mesh.tp) {  // written only when the experts are folded, so older files read alike
     w.raw(", \"etp\": ");
     w.number(mesh.etp);
+  }
+  if (mesh.placement != MeshShape{}.placement) {  // written only when not the default, likewise
+    w.raw(", \"placement\": [");
+    for (size_t i = 0; i < mesh.placement.size(); ++i) {
+      if (i > 0) w.raw(", ");
+      w.string(enum_name(mesh.placement[i]));
+    }
+    w.raw("]");
   }
   w.raw("},\n  \"num_micro_batches\": ");
   w.number(g.num_micro_batches);

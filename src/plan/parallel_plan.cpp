@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "plan/parallel_plan.hpp"
 
+#include <algorithm>
 #include <cassert>
 
 namespace moesim {
@@ -25,21 +26,49 @@ ParallelPlan::ParallelPlan(const MeshShape& mesh) : shape_(mesh) {
   set(GroupKind::dp, shape.replicate * shape.shard);
 }
 
+namespace {
+
+int64_t size_of(const MeshShape& s, MeshDim d) {
+  switch (d) {
+    case MeshDim::tp: return s.tp;
+    case MeshDim::cp: return s.cp;
+    case MeshDim::shard: return s.shard;
+    case MeshDim::replicate: return s.replicate;
+    case MeshDim::pp: return s.pp;
+  }
+  return 1;
+}
+
+int64_t& coordinate(RankCoords& c, MeshDim d) {
+  switch (d) {
+    case MeshDim::tp: return c.tp;
+    case MeshDim::cp: return c.cp;
+    case MeshDim::shard: return c.shard;
+    case MeshDim::replicate: return c.replicate;
+    case MeshDim::pp: break;
+  }
+  return c.pp;
+}
+
+}  // namespace
+
 RankCoords ParallelPlan::coords(int64_t rank) const {
   RankCoords c;
-  c.tp = rank % shape_.tp;
-  rank /= shape_.tp;
-  c.cp = rank % shape_.cp;
-  rank /= shape_.cp;
-  c.shard = rank % shape_.shard;
-  rank /= shape_.shard;
-  c.replicate = rank % shape_.replicate;
-  c.pp = rank / shape_.replicate;
+  for (MeshDim d : shape_.placement) {  // innermost first
+    const int64_t n = size_of(shape_, d);
+    coordinate(c, d) = rank % n;
+    rank /= n;
+  }
   return c;
 }
 
 int64_t ParallelPlan::rank_of(const RankCoords& c) const {
-  return (((c.pp * shape_.replicate + c.replicate) * shape_.shard + c.shard) * shape_.cp + c.cp) * shape_.tp + c.tp;
+  RankCoords copy = c;
+  int64_t rank = 0;
+  for (auto it = shape_.placement.rbegin(); it != shape_.placement.rend(); ++it) {
+    rank = rank * size_of(shape_, *it) + coordinate(copy, *it);
+  }
+  return rank;
 }
 
 int64_t ParallelPlan::expert_index(const RankCoords& c) const {
@@ -116,7 +145,9 @@ int64_t ParallelPlan::representative(int64_t program) const {
 
 ParallelPlan build_parallel_plan(const ScenarioSpec& s) {
   const auto& p = s.parallel;
-  return ParallelPlan(MeshShape{p.pp.stages, p.fsdp.replicate, p.fsdp.shard, p.cp, p.tp.degree, p.ep, p.expert_tp()});
+  MeshShape shape{p.pp.stages, p.fsdp.replicate, p.fsdp.shard, p.cp, p.tp.degree, p.ep, p.expert_tp()};
+  if (p.placement.size() == shape.placement.size()) std::copy(p.placement.begin(), p.placement.end(), shape.placement.begin());
+  return ParallelPlan(shape);
 }
 
 }  // namespace moesim

@@ -2,8 +2,10 @@
 // ParallelPlan: the device mesh of a scenario, its process groups, and which ranks run the same
 // program.
 //
-// Mesh dimensions, outermost first: pp, replicate, shard, cp, tp (TP innermost, so TP groups sit
-// in one node). rank = (((pp * R + replicate) * S + shard) * CP + cp) * TP + tp.
+// Mesh dimensions in the placement's order, innermost first; by default tp, cp, shard, replicate,
+// pp (TP innermost, so TP groups sit in one node): rank = (((pp * R + replicate) * S + shard) * CP +
+// cp) * TP + tp. A scenario may order them otherwise (parallel.placement); the groups below are
+// defined on coordinates and do not depend on it, only which ranks they hold does.
 // The experts have a layout of their own (Megatron-Core's "MoE parallel folding"): expert tensor
 // parallelism ETP divides TP, tp = tp_outer * ETP + tp_inner, and expert parallelism is carved out
 // of the flattened dimension f = (shard * CP + cp) * (TP / ETP) + tp_outer:
@@ -57,6 +59,7 @@ struct MeshShape {
   int64_t tp = 1;
   int64_t ep = 1;
   int64_t etp = 0;  // expert tensor parallelism, a divisor of tp; 0: tp (the plan stores the value)
+  std::array<MeshDim, 5> placement{MeshDim::tp, MeshDim::cp, MeshDim::shard, MeshDim::replicate, MeshDim::pp};
 
   friend bool operator==(const MeshShape&, const MeshShape&) = default;
 };

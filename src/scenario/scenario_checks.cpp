@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "scenario/scenario_checks.hpp"
 
+#include <array>
 #include <map>
 #include <string>
 
@@ -19,6 +20,7 @@ class ScenarioChecker {
   void run() {
     check_devices();
     check_degrees();
+    check_placement();
     check_experts();
     check_pipeline();
     check_tensor_parallel();
@@ -131,6 +133,18 @@ class ScenarioChecker {
     // Megatron-Core's rule: tokens reach the folded experts as the sequence-parallel shards.
     if (etp < p.tp.degree && !p.tp.sequence_parallel) {
       fail("/parallel/expert_tensor_parallel", "below tp.degree needs /parallel/tp/sequence_parallel");
+    }
+  }
+
+  void check_placement() const {
+    const auto& placement = spec_.parallel.placement;
+    std::array<int, 5> seen{};
+    for (MeshDim d : placement) ++seen[static_cast<size_t>(d)];
+    for (const auto& [name, d] : EnumNames<MeshDim>::names) {
+      if (seen[static_cast<size_t>(d)] != 1) {
+        fail("/parallel/placement", "must name each of tp, cp, shard, replicate, pp once; " + std::string(name) +
+                                        " appears " + str(seen[static_cast<size_t>(d)]) + " times");
+      }
     }
   }
 

@@ -128,6 +128,11 @@ void declare_fields(F& f, ParallelSpec& s) {
              "fabric (DeepEP); the same inside one domain.");
   f.optional("pp", s.pp, PipelineSpec{}, "Pipeline parallelism.");
   f.optional("cp", s.cp, int64_t{1}, "Context parallel degree (sequence split across ranks).", positive(limits::kMaxDevices));
+  f.optional("placement", s.placement, kDefaultPlacement,
+             "Order of the mesh dimensions (tp, cp, shard, replicate, pp; each once) from innermost - consecutive "
+             "ranks, so within one node or scale-up domain first - to outermost. The default keeps TP groups "
+             "inside a node, as torchtitan and Megatron place them; groups that end up spanning scale-up domains "
+             "are reported and their collectives cross the network.");
 }
 
 template <class F>

@@ -151,6 +151,15 @@ struct PipelineSpec {
 // The layers of each model chunk, in pipeline order: the scenario's layout, or an even split.
 std::vector<int64_t> chunk_layer_counts(const PipelineSpec& pp, int64_t num_layers);
 
+// The dimensions of the device mesh; a plan's placement orders them from innermost (consecutive
+// ranks, so one scale-up domain first) to outermost.
+enum class MeshDim : uint8_t { tp, cp, shard, replicate, pp };
+// TP innermost, then CP, the FSDP shard, HSDP replicas, and pipeline stages outermost: how
+// torchtitan builds its mesh (pp, dp_replicate, dp_shard, cp, tp, outermost first) and Megatron
+// orders its ranks by default (tp-cp-ep-dp-pp).
+inline const std::vector<MeshDim> kDefaultPlacement{MeshDim::tp, MeshDim::cp, MeshDim::shard, MeshDim::replicate,
+                                                    MeshDim::pp};
+
 struct ParallelSpec {
   FsdpSpec fsdp;
   int64_t ep = 1;  // expert parallel degree, carved out of fsdp.shard x cp x (tp / expert_tp)
@@ -159,6 +168,7 @@ struct ParallelSpec {
   ExpertDispatch ep_dispatch = ExpertDispatch::direct;
   PipelineSpec pp;
   int64_t cp = 1;  // context parallel degree
+  std::vector<MeshDim> placement = kDefaultPlacement;  // innermost first, each dimension once
 
   int64_t dp() const { return fsdp.shard * fsdp.replicate; }
   int64_t expert_tp() const { return expert_tensor_parallel > 0 ? expert_tensor_parallel : tp.degree; }
@@ -304,6 +314,16 @@ struct EnumNames<PipelineSchedule> {
       {"interleaved_1f1b", PipelineSchedule::interleaved_1f1b},
       {"zb_h1", PipelineSchedule::zero_bubble_h1},
       {"dualpipe", PipelineSchedule::dualpipe},
+  }};
+};
+template <>
+struct EnumNames<MeshDim> {
+  static constexpr std::array<std::pair<std::string_view, MeshDim>, 5> names{{
+      {"tp", MeshDim::tp},
+      {"cp", MeshDim::cp},
+      {"shard", MeshDim::shard},
+      {"replicate", MeshDim::replicate},
+      {"pp", MeshDim::pp},
   }};
 };
 template <>

@@ -164,3 +164,43 @@ TEST_CASE("hierarchical dispatch across two nodes: the same graph, a shorter all
   const StepResult l = Engine(build_step_graph(limited_s), cost).run({});
   CHECK(a2a_busy(l) < a2a_busy(h));
 }
+
+TEST_CASE("placement: TP placed outside the node crosses the network, and the step says so by being slower") {
+  Plan plan;  // LoRA on Llama 3.1 8B over two 8-GPU H200 nodes: TP 8 x 2 replicas (little DP traffic)
+  plan.model = "llama-3.1-8b";
+  plan.mode = "lora";
+  plan.devices = 16;
+  plan.tp = 8;
+  plan.shard = 1;
+  plan.replicate = 2;
+  plan.global_batch = 8;
+  const Scenario inside = test::scenario(plan);
+  plan.placement = R"(["replicate", "tp", "cp", "shard", "pp"])";  // replicas side by side, TP across both nodes
+  const Scenario across = test::scenario(plan);
+  const StepGraph a = build_step_graph(inside);
+  const StepGraph b = build_step_graph(across);
+  CHECK(placement_of(a.plan.members(0, GroupKind::tp), 8).num_domains == 1);
+  CHECK(placement_of(a.plan.members(0, GroupKind::replicate), 8).num_domains == 2);
+  CHECK(b.plan.members(0, GroupKind::tp) == std::vector<int64_t>{0, 2, 4, 6, 8, 10, 12, 14});
+  CHECK(placement_of(b.plan.members(0, GroupKind::tp), 8).num_domains == 2);
+  CHECK(b.plan.members(0, GroupKind::replicate) == std::vector<int64_t>{0, 1});
+  // The same ops; only where the ranks sit differs.
+  CHECK(a.programs[0].ops.size() == b.programs[0].ops.size());
+  const CostModel cost_a(inside.hardware), cost_b(across.hardware);
+  const StepResult ra = Engine(a, cost_a).run({});
+  const StepResult rb = Engine(b, cost_b).run({});
+  MESSAGE("TP inside a node " << static_cast<double>(ra.step_time) * 1e-12 << " s, across nodes "
+                              << static_cast<double>(rb.step_time) * 1e-12 << " s");
+  CHECK(rb.step_time > ra.step_time);
+}
+
+TEST_CASE("placement: a dimension named twice is an input error at /parallel/placement") {
+  Plan plan = kimi_linear(2, 2, 4);
+  plan.placement = R"(["tp", "tp", "shard", "replicate", "pp"])";
+  try {
+    (void)test::scenario(plan);
+    FAIL("accepted a placement without cp");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("/parallel/placement") != std::string::npos);
+  }
+}

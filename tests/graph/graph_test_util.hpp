@@ -29,6 +29,7 @@ struct Plan {
   int64_t virtual_stages = 1;
   bool overlap_forward_backward = true;  // dualpipe only
   int64_t cp = 1;
+  std::string placement;  // parallel.placement as JSON; empty: left out (the default)
   std::string recompute = "none";
   bool swap = false;
   std::string swap_ops = "[\"expert_gmm_up\"]";
@@ -94,7 +95,8 @@ inline Scenario scenario(const Plan& p) {
           R"(, "schedule": ")" + p.schedule + R"(", "virtual_stages": )" + std::to_string(p.virtual_stages) +
           R"(, "layers_per_chunk": )" + p.layers_per_chunk +
           R"(, "overlap_forward_backward": )" + (p.overlap_forward_backward ? "true" : "false") + R"(}, "cp": )" +
-          std::to_string(p.cp) + R"(}, "recompute": {"policy": ")" + p.recompute +
+          std::to_string(p.cp) + (p.placement.empty() ? std::string() : R"(, "placement": )" + p.placement) +
+          R"(}, "recompute": {"policy": ")" + p.recompute +
           R"("}, "swap": {"enabled": )" + (p.swap ? "true" : "false") + R"(, "ops": )" + (p.swap ? p.swap_ops : "[]") +
           R"(}, "loss": )" + p.loss + R"(, "fused_ops": )" + p.fused + R"(, "overlap": {"comm_compute": )" +
           (p.overlap ? "true" : "false") + R"(}, "routing": )" + p.routing +

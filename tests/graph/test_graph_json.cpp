@@ -259,6 +259,22 @@ TEST_CASE("a dense TP 8 x PP 2 plan (llama-3.1-405b) round-trips, with no routin
   CHECK(num_recompute > 0);
 }
 
+TEST_CASE("a plan's placement of the mesh dimensions round-trips, and the default is not written") {
+  StepGraph g;
+  MeshShape shape{2, 1, 2, 1, 2, 2};
+  shape.placement = {MeshDim::pp, MeshDim::shard, MeshDim::tp, MeshDim::cp, MeshDim::replicate};
+  g.plan = ParallelPlan(shape);
+  g.programs.resize(2);
+  g.programs[1].stage = 1;
+  const std::string text = export_graph_json(g);
+  CHECK(text.find(R"("placement": ["pp", "shard", "tp", "cp", "replicate"])") != std::string::npos);
+  const StepGraph back = import_graph_json(text, "g.json");
+  CHECK(export_graph_json(back) == text);
+  CHECK(back.plan.shape() == g.plan.shape());
+  CHECK(back.plan.members(0, GroupKind::pp) == std::vector<int64_t>{0, 1});
+  CHECK(export_graph_json(graph_of(kQwenPipeline)).find("placement") == std::string::npos);
+}
+
 TEST_CASE("doubles and odd shapes come back bit for bit") {
   StepGraph g = tiny_graph();
   // An interior zero dimension and all four dimensions in use.

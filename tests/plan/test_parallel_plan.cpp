@@ -106,3 +106,36 @@ TEST_CASE("MoE parallel folding: with ETP < TP, EP spans the TP ranks outside ea
   CHECK(etp1.members(5, GroupKind::ep) == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
   CHECK(etp1.group_size(GroupKind::edp) == 1);
 }
+
+TEST_CASE("placement: any order of the mesh dimensions partitions the ranks, and its innermost one is consecutive") {
+  MeshShape shape{2, 2, 2, 3, 2, 2};  // pp 2, replicate 2, shard 2, cp 3, tp 2, ep 2: 48 ranks
+  std::array<MeshDim, 5> order{MeshDim::tp, MeshDim::cp, MeshDim::shard, MeshDim::replicate, MeshDim::pp};
+  std::sort(order.begin(), order.end());
+  int permutations = 0;
+  do {
+    ++permutations;
+    shape.placement = order;
+    const ParallelPlan plan(shape);
+    for (int64_t r = 0; r < plan.num_ranks(); ++r) CHECK(plan.rank_of(plan.coords(r)) == r);
+    check_partition(plan);
+    // The innermost dimension's group of rank 0 is ranks 0, 1, ...; the outermost's is strided by
+    // the product of all the others.
+    auto group_of = [](MeshDim d) {
+      switch (d) {
+        case MeshDim::tp: return GroupKind::tp;
+        case MeshDim::cp: return GroupKind::cp;
+        case MeshDim::shard: return GroupKind::dp;  // shard x replicate with replicate 1 below
+        case MeshDim::replicate: return GroupKind::replicate;
+        case MeshDim::pp: return GroupKind::pp;
+      }
+      return GroupKind::pp;
+    };
+    if (order.front() != MeshDim::shard) {
+      const auto inner = plan.members(0, group_of(order.front()));
+      for (size_t i = 0; i < inner.size(); ++i) CHECK(inner[i] == static_cast<int64_t>(i));
+    }
+    if (order.back() == MeshDim::pp) CHECK(plan.representative(1) == plan.num_ranks() / 2);
+    if (order.front() == MeshDim::pp) CHECK(plan.program_of(1) == 1);
+  } while (std::next_permutation(order.begin(), order.end()));
+  CHECK(permutations == 120);
+}

@@ -22,6 +22,7 @@
 #include "app/plan_command.hpp"
 #include "app/fusion_command.hpp"
 #include "app/sweep_command.hpp"
+#include "app/trace_commands.hpp"
 #include "core/error.hpp"
 #include "core/json_input.hpp"
 #include "cost/calibration.hpp"
@@ -184,18 +185,46 @@ int main(int argc, char** argv) {
   FusionCliOptions fusion_opt;
   auto* fusion = add_fusion_command(app, fusion_opt);
 
+  // calibrate and validate: from a PyTorch profiler trace in every build (trace_commands.hpp), on
+  // the local GPUs in CUDA builds (gpu_commands.hpp, loaded only then).
+  TraceCommand trace_opt;
+  for (int i = 0; i < argc; ++i) trace_opt.command += (i ? " " : "") + std::string(argv[i]);
+  std::string calibrate_out;
+  auto* calibrate = app.add_subcommand(
+      "calibrate", "Write a calibration file: fitted to a PyTorch profiler trace (--from-trace), or by benchmarking "
+                   "kernels, copies and collectives on the local GPUs (CUDA builds)");
+  calibrate->add_option("--from-trace", trace_opt.traces,
+                        "PyTorch profiler trace (Kineto JSON, or .json.gz) of the training step to calibrate to; "
+                        "repeat for several traces (docs/calibration/from-trace.md)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  calibrate->add_option("--scenario", trace_opt.scenarios,
+                        "Scenario of the traced job (file or shipped name): one for all traces, or one per --from-trace")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  calibrate->add_option("--out", calibrate_out, "Calibration file to write (default: JSON on stdout)");
+  auto* validate = app.add_subcommand(
+      "validate", "Compare the simulator with a PyTorch profiler trace (--from-trace), or run a scenario on the GPUs "
+                  "and in the simulator (CUDA builds); print the errors");
+  validate->add_option("--from-trace", trace_opt.traces, "PyTorch profiler trace (Kineto JSON, or .json.gz) of one rank")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  validate->add_option("--scenario", trace_opt.scenarios, "Scenario of the traced job (file or shipped name)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  validate->add_option("--calibration", trace_opt.calibration,
+                       "With --from-trace: a calibration file to predict with instead of the one the hardware file names");
+  validate->add_flag("--json", trace_opt.json, "JSON output");
 #ifdef MOESIM_GPU_MODULE
   CalibrateCommand calibrate_opt;
-  auto* calibrate = app.add_subcommand("calibrate", "Benchmark kernels, copies and collectives on the local GPUs; write a calibration file");
-  calibrate->add_option("--out", calibrate_opt.out, "Calibration file to write (default: JSON on stdout)");
-  calibrate->add_flag("--quick", calibrate_opt.quick, "A coarse grid and few repeats (a smoke test)");
-  for (int i = 0; i < argc; ++i) calibrate_opt.command += (i ? " " : "") + std::string(argv[i]);
+  calibrate->add_flag("--quick", calibrate_opt.quick, "A coarse grid and few repeats (a smoke test; GPU calibration)");
+  calibrate_opt.command = trace_opt.command;
   RunCommand run_opt;
   auto* run = app.add_subcommand("run", "Execute a scenario's training step on the local GPUs (one GPU per rank)");
-  auto* validate = app.add_subcommand("validate", "Run a scenario on the GPUs and in the simulator; print the errors");
+  run->add_option("SCENARIO", run_opt.scenario, "Scenario file or shipped name")->required();
+  run->add_flag("--json", run_opt.json, "JSON output");
+  validate->add_option("SCENARIO", run_opt.scenario, "Scenario file or shipped name (GPU validation)");
   for (auto* sub : {run, validate}) {
-    sub->add_option("SCENARIO", run_opt.scenario, "Scenario file or shipped name")->required();
-    sub->add_flag("--json", run_opt.json, "JSON output");
     sub->add_option("--trace", run_opt.trace, "Write a Chrome/Perfetto trace of the measured step (the simulator's format)");
     sub->add_option("--steps", run_opt.steps, "Measured steps after two warm-up steps (the median is reported)")
         ->check(CLI::Range(int64_t{1}, int64_t{100}));
@@ -215,13 +244,37 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (calibrate->parsed() || validate->parsed()) {
+      if (!trace_opt.traces.empty()) {
 #ifdef MOESIM_GPU_MODULE
-    if (calibrate->parsed()) {
-      print(gpu_commands().calibrate(calibrate_opt));
+        if (trace_opt.scenarios.empty() && !run_opt.scenario.empty()) trace_opt.scenarios.push_back(run_opt.scenario);
+#endif
+        if (trace_opt.scenarios.empty()) throw InputError("--scenario", "", "is required with --from-trace");
+        trace_opt.out = calibrate_out;
+        print(calibrate->parsed() ? run_calibrate_from_trace(trace_opt) : run_validate_from_trace(trace_opt));
+        return 0;
+      }
+      if (!trace_opt.scenarios.empty()) throw InputError("--scenario", "", "is for --from-trace only");
+      if (!trace_opt.calibration.empty()) throw InputError("--calibration", "", "is for --from-trace only");
+#ifdef MOESIM_GPU_MODULE
+      if (calibrate->parsed()) {
+        calibrate_opt.out = calibrate_out;
+        print(gpu_commands().calibrate(calibrate_opt));
+        return 0;
+      }
+      if (run_opt.scenario.empty()) throw InputError("SCENARIO", "", "is required (or --from-trace TRACE --scenario SCENARIO)");
+      run_opt.json = trace_opt.json;
+      print(gpu_commands().validate(run_opt));
       return 0;
+#else
+      throw InputError(calibrate->parsed() ? "calibrate" : "validate", "", std::string("this moesim was built without CUDA: give --from-trace TRACE --scenario SCENARIO to ") +
+                                     (calibrate->parsed() ? "fit a calibration file to" : "validate against") +
+                                     " a PyTorch profiler trace");
+#endif
     }
-    if (run->parsed() || validate->parsed()) {
-      print(run->parsed() ? gpu_commands().run(run_opt) : gpu_commands().validate(run_opt));
+#ifdef MOESIM_GPU_MODULE
+    if (run->parsed()) {
+      print(gpu_commands().run(run_opt));
       return 0;
     }
 #endif

@@ -133,7 +133,11 @@ double CostModel::kernel_seconds(const Op& op, double rows_scale) const {
     const std::optional<CalibrationTable>* table = nullptr;
     if (cal && op.dtype == Dtype::bf16 && curve == Curve::gemm) table = &cal->gemm_flops_per_s;
     if (cal && op.dtype == Dtype::bf16 && curve == Curve::grouped_gemm) table = &cal->grouped_gemm_flops_per_s;
-    t = table && *table ? flops / (*table)->at(x) : flops / (peak(op.dtype) * efficiency(op, rows_scale));
+    // A calibrated GEMM's measured FLOP/s is the whole kernel, its memory traffic included (as the
+    // attention tables): no roofline max with the memory term, whose table may come from slower
+    // memory-bound kernels (a fit to a profiler trace, src/trace/trace_fit.hpp).
+    if (table && *table) return flops / (*table)->at(x) + d.kernel_launch_overhead.value;
+    t = flops / (peak(op.dtype) * efficiency(op, rows_scale));
   }
   if (bytes > 0) {
     const double bw = cal && cal->memory_bytes_per_s ? cal->memory_bytes_per_s->at(bytes)

@@ -114,10 +114,12 @@ class CostModel {
   double overlap_slowdown() const { return hw_.efficiency.overlap_slowdown; }
   const Calibration* calibration() const { return calibration_.get(); }
 
- private:
-  // The efficiency curve (and calibration table) an op's kind uses, and the op's size measure on it.
+  // The efficiency curve (and calibration table) an op's kind uses, and the op's size measure on
+  // it (public for the trace fit, src/trace/trace_fit.cpp, which writes points where this reads them).
   enum class Curve : uint8_t { gemm, grouped_gemm, attention, linear_attention, none };
-  std::pair<Curve, double> curve_of(const Op& op, double rows_scale) const;
+  std::pair<Curve, double> curve_of(const Op& op, double rows_scale = 1.0) const;
+
+ private:
   double efficiency(const Op& op, double rows_scale) const;
   double peak(Dtype dtype) const;
 

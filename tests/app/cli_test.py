@@ -261,6 +261,61 @@ if os.path.exists(module):
         r = run("calibrate", "--quick")
         expect("calibrate without a GPU exit 2", r.returncode == 2 and "no CUDA device" in r.stderr, r.stderr[-300:])
 
+# calibrate / validate --from-trace (docs/calibration/from-trace.md): CPU-only, end to end on the
+# shipped traces of the harness, in every build.
+TRACES = "tests/data/traces/"
+for name in sorted(os.listdir("scenarios/trace")):  # the harness's scenarios all load and plan
+    r = run("scenario", "info", "scenarios/trace/" + name)
+    expect("scenario info scenarios/trace/" + name, r.returncode == 0, r.stderr[-300:])
+FIT_ARGS = ["--from-trace", TRACES + "dense-s8192-mb1.rank0.json.gz", "--scenario", "scenarios/trace/dense-s8k-mb1.json",
+            "--from-trace", TRACES + "moe-s8192-mb1.rank0.json.gz", "--scenario", "scenarios/trace/moe-s8k-mb1.json"]
+with tempfile.TemporaryDirectory() as tmp:
+    fitted = os.path.join(tmp, "fitted.json")
+    r = run("calibrate", *FIT_ARGS, "--out", fitted)
+    expect("calibrate --from-trace", r.returncode == 0 and "fitted 28 calibration point(s)" in r.stdout
+           and "range layer*.attn.rope (no op of the scenario)" in r.stdout, r.stdout[-500:] + r.stderr[-500:])
+    if os.path.exists(fitted):
+        # The shipped fit is what the shipped traces give (provenance aside: command and date).
+        with open(fitted) as f:
+            new = json.load(f)
+        with open("hardware/calibration/h200-pytorch.json") as f:
+            shipped = json.load(f)
+        new.pop("provenance", None)
+        shipped.pop("provenance", None)
+        expect("hardware/calibration/h200-pytorch.json is current", new == shipped,
+               "regenerate: build/moesim calibrate " + " ".join(FIT_ARGS) + " --out hardware/calibration/h200-pytorch.json")
+    # Without --out the calibration file goes to stdout and the summary to stderr.
+    r = run("calibrate", *FIT_ARGS[:4])
+    expect("calibrate --from-trace to stdout", r.returncode == 0 and json.loads(r.stdout)["format"] == "moesim-calibration"
+           and "fitted" in r.stderr, r.stderr[-300:])
+    # A bad trace writes nothing, not even over an existing file.
+    kept = os.path.join(tmp, "kept.json")
+    with open(kept, "w") as f:
+        f.write("previous")
+    r = run("calibrate", "--from-trace", "tests/data/bad/trace/dur-string.json", "--scenario",
+            "scenarios/trace/dense-s4k-mb2.json", "--out", kept)
+    with open(kept) as f:
+        expect("calibrate --from-trace bad trace leaves --out alone", r.returncode == 2 and f.read() == "previous", r.stderr)
+    # Validate a configuration the fit did not see: GEMMs carry over (their family within 5%), the
+    # report names the calibration file used, and the trace's allocator peak is compared.
+    r = run("validate", "--json", "--from-trace", TRACES + "dense-s4096-mb2.rank0.json.gz", "--scenario",
+            "scenarios/trace/dense-s4k-mb2.json", "--calibration", fitted)
+    j = json.loads(r.stdout) if r.returncode == 0 else {}
+    expect("validate --from-trace", r.returncode == 0 and j.get("calibration") == fitted, r.stderr[-300:])
+    if j:
+        fam = {f["family"]: f for f in j["families"]}
+        expect("validate --from-trace gemm carries over", abs(fam["gemm"]["error"]) < 0.05, str(fam.get("gemm")))
+        expect("validate --from-trace memory", j["peak_memory"]["measured_allocated_bytes"] == 8357668864, str(j.get("peak_memory")))
+        expect("validate --from-trace steps", len(j["trace"]["steps"]) == 2 and j["step_time"]["measured_s"] > 0.08)
+    r = run("validate", "--from-trace", TRACES + "moe-s4096-mb2.rank0.json.gz", "--scenario", "scenarios/trace/moe-s4k-mb2.json")
+    expect("validate --from-trace text", r.returncode == 0 and "per op family" in r.stdout and "grouped_gemm" in r.stdout,
+           r.stderr[-300:])
+    # The --from-trace forms never load the GPU module or the CUDA libraries.
+    r, libs = loaded_libraries("calibrate", *FIT_ARGS[:4], "--out", os.path.join(tmp, "x.json"))
+    expect("calibrate --from-trace loads no CUDA library",
+           r.returncode == 0 and not [l for l in libs if any(k in l for k in ("cublas", "nccl", "libcuda", "libmoesim_gpu"))],
+           r.stderr[-300:])
+
 # The reference page is generated from the declarations.
 with open("docs/inputs.md") as f:
     expect("docs/inputs.md up to date", f.read() == run("describe", "--markdown").stdout,

@@ -310,6 +310,59 @@ graph_case("deep", None, "/scenario" + "/0" * (DEPTH - 1), "nested more than 128
            raw=graph_text.replace('"scenario": "tiny"', '"scenario": ' + deep, 1))
 graph_case("sampled-steps", mutate(graph, setp("/routing", {"num_experts": 8, "top_k": 1, "ep": 1, "num_sampled_steps": 10**6})), "/routing/num_sampled_steps", "must be between 1 and 1000", "unbounded")
 
+# PyTorch profiler traces (calibrate / validate --from-trace): a tiny valid trace, then one mistake each.
+TRACE_SCENARIO = "../../../scenarios/trace/dense-s4k-mb2.json"
+trace = {"schemaVersion": 1, "distributedInfo": {"rank": 0}, "traceEvents": [
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0.0, "dur": 100.0},
+    {"ph": "X", "cat": "user_annotation", "name": "layer1.attn.q_proj", "pid": 1, "tid": 1, "ts": 10.0, "dur": 20.0},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 15.0, "dur": 2.0,
+     "args": {"correlation": 7}},
+    {"ph": "X", "cat": "kernel", "name": "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "pid": 0, "tid": 7,
+     "ts": 20.0, "dur": 30.0, "args": {"device": 0, "stream": 7, "correlation": 7}},
+]}
+write_support("trace/valid.json", trace)
+
+
+def trace_case(name, data, path, message, klass, raw=None, command="calibrate"):
+    rel = f"trace/{name}.json"
+    write_support(rel, data, raw)
+    cli("trace-" + name, [command, "--from-trace", rel, "--scenario", TRACE_SCENARIO],
+        f"{rel}: {path + ': ' if path else ''}", message, klass)
+
+
+trace_text = json.dumps(trace, indent=1)
+trace_case("not-json", None, "", "invalid JSON at line", "location", raw=trace_text[:200])
+trace_case("no-events", {"schemaVersion": 1}, "/traceEvents", "missing: not a Chrome/Kineto trace", "schema")
+trace_case("events-not-array", mutate(trace, setp("/traceEvents", {"a": 1})), "/traceEvents", "must be an array", "schema")
+trace_case("event-not-object", mutate(trace, lambda d: d["traceEvents"].insert(1, 5)), "/traceEvents/1", "must be an object", "schema")
+trace_case("dur-string", mutate(trace, setp("/traceEvents/3/dur", "30")), "/traceEvents/3/dur", "must be a number", "schema",
+           command="validate")
+trace_case("dur-negative", mutate(trace, setp("/traceEvents/1/dur", -5)), "/traceEvents/1/dur", "must not be negative", "absurd")
+trace_case("correlation-float", mutate(trace, setp("/traceEvents/2/args/correlation", 7.5)), "/traceEvents/2/args/correlation",
+           "must be an integer", "schema")
+trace_case("no-kernels", mutate(trace, lambda d: d["traceEvents"].pop(3)), "/traceEvents", "holds no GPU kernels", "location")
+trace_case("rank-2p40", mutate(trace, setp("/distributedInfo/rank", 2**40)), "/distributedInfo/rank",
+           "is not a rank of the scenario", "absurd")
+trace_case("number-1e400", None, "/traceEvents/3", "beyond the range of a double", "literal",
+           raw=trace_text.replace('"dur": 30.0', '"dur": 1e400', 1))
+trace_case("deep", None, "", "nested more than 128 levels deep", "crash",
+           raw=trace_text.replace('"schemaVersion": 1', '"schemaVersion": ' + deep, 1))
+trace_case("no-op-named", mutate(trace, setp("/traceEvents/1/name", "my_module.forward")), "",
+           "no op of the scenario was measured", "location")
+# A gzip file cut short: the reader inflates .gz traces itself.
+import gzip as _gzip
+with open(os.path.join(OUT, "trace/truncated.json.gz"), "wb") as f:
+    f.write(_gzip.compress(trace_text.encode())[:60])
+cli("trace-truncated-gz", ["calibrate", "--from-trace", "trace/truncated.json.gz", "--scenario", TRACE_SCENARIO],
+    "trace/truncated.json.gz: ", "truncated gzip data", "crash")
+cli("trace-missing-file", ["calibrate", "--from-trace", "trace/nonexistent.json", "--scenario", TRACE_SCENARIO],
+    "--from-trace: ", "no such file", "location")
+cli("trace-no-scenario", ["validate", "--from-trace", "trace/valid.json"], "--scenario: ", "is required with --from-trace",
+    "location")
+cli("trace-scenario-count", ["calibrate", "--from-trace", "trace/valid.json", "--from-trace", "trace/valid.json",
+                             "--scenario", TRACE_SCENARIO, "--scenario", TRACE_SCENARIO, "--scenario", TRACE_SCENARIO],
+    "--scenario: ", "one per --from-trace", "location")
+
 # Flags.
 for flag, value, message in [("--tokens", "nan", "must be a positive number of at most 1e+18, got nan"),
                              ("--tokens", "1e30", "got 1e+30"),

@@ -20,16 +20,17 @@ fi
 libs=(src/graph/libmoesim_graph.a src/plan/libmoesim_plan.a src/scenario/libmoesim_scenario.a
       src/hardware/libmoesim_hardware.a src/model/libmoesim_model.a src/core/libmoesim_core.a)
 cost=src/cost/libmoesim_cost.a
-ninja -C "$build" "${libs[@]}" "$cost" >/dev/null
+trace=src/trace/libmoesim_trace.a
+ninja -C "$build" "${libs[@]}" "$cost" "$trace" >/dev/null
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc -I"$build")
-names=(model hardware scenario calibration graph)
-seeds=(models hardware scenarios hardware/calibration tests/data/bad/graph)
+names=(model hardware scenario calibration graph trace)
+seeds=(models hardware scenarios hardware/calibration tests/data/bad/graph tests/data/bad/trace)
 failed=0
-for i in 0 1 2 3 4; do
+for i in 0 1 2 3 4 5; do
   name=${names[$i]}
   exe="$build/fuzz_$name"
   "$CXX" "${flags[@]}" -DMOESIM_FUZZ_LOADER=$((i + 1)) tests/fuzz/fuzz_loader.cpp \
-    "$build/$cost" "${libs[@]/#/$build/}" $(pkg-config --libs --cflags nlohmann_json 2>/dev/null) -o "$exe"
+    "$build/$trace" "$build/$cost" "${libs[@]/#/$build/}" $(pkg-config --libs --cflags nlohmann_json 2>/dev/null) -lz -o "$exe"
   corpus="$build/corpus_$name"
   mkdir -p "$corpus"
   find "${seeds[$i]}" -maxdepth 1 -name '*.json' -size -200k -exec cp {} "$corpus"/ \;

@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: MIT
+#include "trace/trace_fit.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <map>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/enum_names.hpp"
+#include "core/error.hpp"
+#include "core/json_input.hpp"
+#include "cost/calibration.hpp"
+
+namespace moesim {
+namespace {
+
+using nlohmann::json;
+
+struct Sample {
+  std::string op;
+  std::string trace;
+  double x = 0;
+  double y = 0;
+  double seconds = 0;  // per op, measured
+  double work = 0;     // flops or bytes: y = work / time
+};
+
+struct Table {
+  std::string measure, value;
+  bool bf16 = true;
+  std::vector<Sample> samples;
+};
+
+// Ops that share a size measure (GEMMs of one min(m, n, k); a norm and an activation moving the
+// same bytes) get one point: their total work over their total time (a work-weighted harmonic
+// mean), so that the ops at that point take together the time they took in the trace.
+json table_json(const Table& t) {
+  std::map<double, std::pair<double, double>> by_x;  // x -> (work, time)
+  for (const Sample& s : t.samples) {
+    by_x[s.x].first += s.work;
+    by_x[s.x].second += s.work / s.y;
+  }
+  json points = json::array();
+  for (const auto& [x, wt] : by_x) points.push_back({x, wt.first / wt.second});
+  json samples = json::array();
+  for (const Sample& s : t.samples) {
+    samples.push_back({{"op", s.op}, {"trace", s.trace}, {"x", s.x}, {"seconds", s.seconds}, {"y", s.y}});
+  }
+  json j = {{"measure", t.measure}, {"value", t.value}, {"points", points}, {"samples", samples}};
+  if (t.bf16) j["dtype"] = "bf16";
+  return j;
+}
+
+std::string utc_now() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+}  // namespace
+
+TraceFit fit_calibration_from_traces(const std::vector<TraceFitSource>& sources, const std::string& command) {
+  Table gemm{"min_mnk", "flops_per_s", true, {}}, grouped{"rows_per_group", "flops_per_s", true, {}};
+  Table memory{"bytes", "bytes_per_s", false, {}};
+  std::map<std::pair<std::string, std::string>, Table> attention;  // (kind, forward|backward)
+  std::map<std::pair<std::string, int64_t>, Table> collectives;    // (kind, group size)
+  std::vector<std::string> skipped;
+  json traces = json::array();
+  for (const TraceFitSource& src : sources) {
+    const TraceMatch& m = *src.match;
+    const StepGraph& g = *src.graph;
+    const CostModel& cost = *src.cost;
+    const Program& p = g.programs[static_cast<size_t>(g.plan.program_of(m.rank))];
+    const double launch = cost.hardware().device.kernel_launch_overhead.value;
+    traces.push_back({{"trace", m.trace_file}, {"scenario", src.scenario}, {"rank", m.rank},
+                      {"steps", m.steps.size()}, {"step_gpu_s", m.step_seconds()}});
+    std::unordered_map<std::string, uint32_t> first_op;
+    for (uint32_t i = 0; i < p.ops.size(); ++i) first_op.try_emplace(p.name_of(p.ops[i]), i);
+    for (const auto& [name, o] : m.ops) {
+      if (o.num_kernels == 0 || o.seconds <= 0) continue;
+      const Op& op = p.ops[first_op.at(name)];
+      const double t = o.per_op_seconds();
+      Sample s{name, m.trace_file, 0, 0, 0, 0};
+      s.seconds = t;
+      if (is_communication(op.kind)) {
+        const int64_t n = g.plan.group_size(op.group);
+        if (!is_collective(op.kind) || n < 2 || op.comm_bytes <= 0) continue;
+        s.x = op.comm_bytes;
+        s.y = CostModel::bus_factor(op.kind, n) * op.comm_bytes / t;
+        s.work = CostModel::bus_factor(op.kind, n) * op.comm_bytes;
+        Table& tab = collectives[{std::string(enum_name(op.kind)), n}];
+        tab.measure = "bytes";
+        tab.value = "busbw_bytes_per_s";
+        tab.bf16 = false;
+        tab.samples.push_back(s);
+        continue;
+      }
+      if (op.kind == OpKind::swap_in || op.kind == OpKind::swap_out) continue;
+      const double work_s = t - launch;
+      if (!(work_s > 0)) {
+        skipped.push_back(fold_layer(name) + " (" + fmt("%.1f us", t * 1e6) + ", within the launch overhead)");
+        continue;
+      }
+      const auto [curve, x] = cost.curve_of(op);
+      const bool bf16 = op.dtype == Dtype::bf16;
+      if (bf16 && op.flops > 0 && is_calibrated_attention_kind(op.kind)) {
+        s.x = std::max(static_cast<double>(op.m), 1.0);
+        s.y = op.flops / work_s;
+        s.work = op.flops;
+        Table& tab = attention[{std::string(enum_name(op.kind)), op.phase == Phase::bwd ? "backward" : "forward"}];
+        tab.measure = "query_rows";
+        tab.value = "flops_per_s";
+        tab.samples.push_back(s);
+      } else if (bf16 && op.flops > 0 && (curve == CostModel::Curve::gemm || curve == CostModel::Curve::grouped_gemm)) {
+        s.x = x;
+        s.y = op.flops / work_s;
+        s.work = op.flops;
+        (curve == CostModel::Curve::gemm ? gemm : grouped).samples.push_back(s);
+      } else if (op.bytes_read + op.bytes_written > 0) {
+        s.x = op.bytes_read + op.bytes_written;
+        s.y = s.x / work_s;
+        s.work = s.x;
+        memory.samples.push_back(s);
+      } else {
+        skipped.push_back(fold_layer(name) + " (no work the cost model reads)");
+      }
+    }
+  }
+
+  json root = {{"format", "moesim-calibration"}, {"version", 3}};
+  root["provenance"] = {{"source", "PyTorch profiler trace (moesim calibrate --from-trace)"},
+                        {"traces", traces},
+                        {"command", command},
+                        {"date", utc_now()}};
+  TraceFit fit;
+  std::string summary;
+  auto add = [&](json& where, const std::string& key, const Table& t, const std::string& label) {
+    if (t.samples.empty()) return;
+    where[key] = table_json(t);
+    const json& pts = where[key]["points"];
+    fit.num_points += static_cast<int64_t>(pts.size());
+    summary += "  " + label + std::string(label.size() < 34 ? 34 - label.size() : 1, ' ') + std::to_string(pts.size()) +
+               " point(s) from " + std::to_string(t.samples.size()) + " op(s), " + t.measure + " " +
+               fmt("%g", pts.front()[0].get<double>()) + " .. " + fmt("%g", pts.back()[0].get<double>()) + "\n";
+  };
+  json kernels = json::object();
+  add(kernels, "gemm", gemm, "kernels/gemm");
+  add(kernels, "grouped_gemm", grouped, "kernels/grouped_gemm");
+  add(kernels, "memory", memory, "kernels/memory");
+  if (!kernels.empty()) root["kernels"] = kernels;
+  json att = json::object();
+  for (const auto& [key, t] : attention) {
+    if (!att.contains(key.first)) att[key.first] = json::object();
+    add(att[key.first], key.second, t, "attention/" + key.first + "/" + key.second);
+  }
+  if (!att.empty()) root["attention"] = att;
+  json coll = json::object();
+  for (const auto& [key, t] : collectives) {
+    if (!coll.contains(key.first)) coll[key.first] = json::object();
+    add(coll[key.first], std::to_string(key.second), t, "collectives/" + key.first + "/" + std::to_string(key.second));
+  }
+  if (!coll.empty()) root["collectives"] = coll;
+  if (fit.num_points == 0) {
+    throw InputError(sources.front().match->trace_file, "",
+                     "no op of the scenario was measured: nothing to fit (are the record_function ranges named as "
+                     "the scenario's ops? see docs/calibration/from-trace.md)");
+  }
+  fit.json = root.dump(1) + "\n";
+  // The file must read back as the cost model reads it (sorted, positive, finite points).
+  (void)load_calibration(InputText{"(fitted calibration)", fit.json, false});
+  fit.summary = "fitted " + std::to_string(fit.num_points) + " calibration point(s):\n" + summary;
+  if (!skipped.empty()) {
+    std::sort(skipped.begin(), skipped.end());
+    skipped.erase(std::unique(skipped.begin(), skipped.end()), skipped.end());
+    fit.summary += "  not fitted: ";
+    for (size_t i = 0; i < skipped.size(); ++i) fit.summary += (i ? ", " : "") + skipped[i];
+    fit.summary += "\n";
+  }
+  return fit;
+}
+
+}  // namespace moesim

@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: MIT
+// Fitting a calibration file (docs/calibration/format.md) to matched profiler traces: every op
+// the trace measured becomes one point in the table the cost model reads for that op, at the
+// op's own size measure, so the cost model gives back the measured time for that op:
+//
+//   table                 op                                   x (size measure)     y
+//   kernels/gemm          BF16 gemm, lora_gemm, router, ...    min(m, n, k)         flops / (t - launch)
+//   kernels/grouped_gemm  BF16 grouped_gemm                    rows per group       flops / (t - launch)
+//   attention/KIND/PHASE  BF16 flash_attention, ...            query rows (op.m)    flops / (t - launch)
+//   kernels/memory        every other kernel (norms, elementwise, permute, loss, optimizer)
+//                                                              bytes read + written bytes / (t - launch)
+//   collectives/KIND/N    collectives over N > 1 ranks         nccl-tests size      busbw = factor x size / t
+//
+// t is the op's measured GPU time (its kernels' durations summed), launch the hardware file's
+// kernel_launch_overhead, which the cost model adds to every kernel. Where several ops share an
+// x, the point is their total work over their total time (so they keep their summed time). Caveats: one memory table serves every memory-bound kind, so
+// kinds of similar size but different efficiency (an eager RMSNorm of six kernels against one
+// residual add) share a point; sizes outside the measured range are clamped to the end points.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cost/cost_model.hpp"
+#include "graph/step_graph.hpp"
+#include "trace/trace_match.hpp"
+
+namespace moesim {
+
+struct TraceFitSource {
+  const TraceMatch* match = nullptr;
+  const StepGraph* graph = nullptr;
+  const CostModel* cost = nullptr;  // the scenario's (curve_of, the launch overhead)
+  std::string scenario;              // for provenance
+};
+
+struct TraceFit {
+  std::string json;     // the calibration file
+  std::string summary;  // what was fitted, for the terminal
+  int64_t num_points = 0;
+};
+
+// Throws InputError naming the first trace when nothing could be fitted (no op measured).
+TraceFit fit_calibration_from_traces(const std::vector<TraceFitSource>& sources, const std::string& command);
+
+}  // namespace moesim

@@ -60,6 +60,10 @@ VARIANTS = [
                             "overlap_forward_backward": False})]),
     ("gradients synced once", "`/parallel/fsdp/gradient_sync` last_micro_batch",
      [setp("/parallel/fsdp/gradient_sync", "last_micro_batch")]),
+    ("CPU offload of the optimizer", "`/parallel/fsdp/offload` optimizer (ZeRO-Offload)",
+     [setp("/parallel/fsdp/offload", "optimizer")]),
+    ("CPU offload of parameters", "`/parallel/fsdp/offload` parameters (FSDP2 CPUOffloadPolicy)",
+     [setp("/parallel/fsdp/offload", "parameters")]),
 ]
 
 

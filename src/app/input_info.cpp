@@ -153,7 +153,9 @@ std::string scenario_info_text(const Scenario& s) {
       << "), cp " << p.cp << "\n";
   const bool once = resolved_gradient_sync(p.fsdp, p.pp.stages) == GradientSync::last_micro_batch;
   out << "  data parallel     ZeRO stage " << p.fsdp.zero_stage << ", gradients reduced "
-      << (once ? "once per step" : "every micro-batch") << "\n";
+      << (once ? "once per step" : "every micro-batch");
+  if (p.fsdp.offload != OffloadKind::none) out << "; CPU offload of " << enum_name(p.fsdp.offload);
+  out << "\n";
   out << "  recompute         " << enum_name(s.spec.recompute.policy) << "; swap "
       << (s.spec.swap.enabled ? "on" : "off") << "; loss " << enum_name(s.spec.loss.kind) << "\n";
   return out.str();

@@ -48,8 +48,14 @@ void draw_progress(int64_t done, int64_t total, std::chrono::steady_clock::time_
   if (filled < kWidth) bar += '>';
   bar.resize(kWidth, ' ');
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::fprintf(stderr, "\r[%s] %lld / %lld configurations, %.0f s", bar.c_str(), static_cast<long long>(done),
-               static_cast<long long>(total), s);
+  // The estimate assumes the rest goes at the average rate so far (rejected configurations are
+  // cheap and spread over the space, so it wanders a little).
+  char eta[32] = "";
+  if (done > 0 && done < total) {
+    std::snprintf(eta, sizeof eta, ", ~%.0f s left", s * static_cast<double>(total - done) / static_cast<double>(done));
+  }
+  std::fprintf(stderr, "\r[%s] %lld / %lld configurations, %.0f s%s   ", bar.c_str(), static_cast<long long>(done),
+               static_cast<long long>(total), s, eta);
   std::fflush(stderr);
 }
 

@@ -71,6 +71,7 @@ std::pair<CostModel::Curve, double> CostModel::curve_of(const Op& op, double row
     case OpKind::attention_residual:
     case OpKind::cross_entropy:
     case OpKind::optimizer:
+    case OpKind::host_optimizer:
     case OpKind::grad_accumulate:
     case OpKind::swap_out:
     case OpKind::swap_in:
@@ -114,6 +115,12 @@ double CostModel::kernel_seconds(const Op& op, double rows_scale) const {
   if (op.kind == OpKind::swap_out || op.kind == OpKind::swap_in) {
     const CopyCost c = host_copy(op.kind, op.comm_bytes);
     return c.latency_s + op.comm_bytes / c.bandwidth;
+  }
+  if (op.kind == OpKind::host_optimizer) {
+    // CPU offload's optimizer step: memory-bound on the host, every device of the node stepping at
+    // once on its share of the node's CPU optimizer bandwidth (hardware_spec.hpp).
+    const double per_device = d.host_memory.cpu_optimizer_bandwidth.value / static_cast<double>(hw_.devices_per_node);
+    return (op.bytes_read + op.bytes_written) / per_device;
   }
   const double flops = op.flops * rows_scale;
   const double bytes = (op.bytes_read + op.bytes_written) * rows_scale;
@@ -322,6 +329,7 @@ CollectiveCost CostModel::collective(OpKind kind, double bytes, const GroupPlace
     case OpKind::cross_entropy:
     case OpKind::cce_loss:
     case OpKind::optimizer:
+    case OpKind::host_optimizer:
     case OpKind::grad_accumulate:
     case OpKind::swap_out:
     case OpKind::swap_in: return c;

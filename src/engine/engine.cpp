@@ -13,8 +13,10 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
+#include <unordered_map>
 
 namespace moesim {
 namespace {
@@ -54,6 +56,16 @@ struct SlotLoad {
   double wire_assignments = 0;  // its EP group's busiest member's all-to-all traffic
 };
 
+// Hash of the (layer, micro-batch, group or slot) keys of the per-run routing tables.
+struct LoadKeyHash {
+  size_t operator()(const std::tuple<int32_t, int32_t, int64_t>& k) const {
+    uint64_t h = static_cast<uint64_t>(static_cast<uint32_t>(std::get<0>(k)));
+    h = h * 0x9E3779B97F4A7C15ULL + static_cast<uint32_t>(std::get<1>(k));
+    h = h * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(std::get<2>(k));
+    return static_cast<size_t>(h ^ (h >> 29));
+  }
+};
+
 }  // namespace
 
 struct Engine::Impl {
@@ -64,9 +76,16 @@ struct Engine::Impl {
   int64_t domain_size;
   std::array<GroupPlacement, kNumGroupKinds> placement{};
   std::vector<int32_t> rank_program;  // program of each rank, looked up once
+  // Per program, per op: the cost model's kernel time at nominal rows (rows_scale 1), computed on
+  // first use and kept for every slot and sampled step (NaN: not yet). Only MoE ops scaled by a
+  // routing draw ask the cost model again.
+  std::vector<std::vector<double>> nominal_kernel_s;
 
   Impl(const StepGraph& graph, const CostModel& c) : g(graph), cost(c) {
-    for (const Program& p : g.programs) index.emplace_back(p);
+    for (const Program& p : g.programs) {
+      index.emplace_back(p);
+      nominal_kernel_s.emplace_back(p.ops.size(), std::numeric_limits<double>::quiet_NaN());
+    }
     num_ranks = g.plan.num_ranks();
     rank_program.resize(static_cast<size_t>(num_ranks));
     for (int64_t r = 0; r < num_ranks; ++r) rank_program[static_cast<size_t>(r)] = static_cast<int32_t>(g.plan.program_of(r));
@@ -113,8 +132,14 @@ struct Engine::Impl {
   std::vector<std::pair<int32_t, uint32_t>> done_members;  // scratch of a finishing flow
   MaxMinSharing sharing;           // rates of the active flows over ports and switch instances
   std::vector<double> old_rate;    // scratch of reshare
-  std::map<std::tuple<int32_t, int32_t, int64_t>, RoutingSample> routing;  // (layer, micro, EP group id)
-  std::map<std::tuple<int32_t, int32_t, int32_t>, SlotLoad> slot_load;     // (layer, micro, slot)
+  // Looked up per MoE op: hashed, not ordered (never iterated).
+  std::unordered_map<std::tuple<int32_t, int32_t, int64_t>, RoutingSample, LoadKeyHash> routing;  // (layer, micro, EP group id)
+  std::unordered_map<std::tuple<int32_t, int32_t, int64_t>, SlotLoad, LoadKeyHash> slot_load;     // (layer, micro, slot)
+  // What assign_slots() and the switch tiers were last built for: sampled steps of one graph with
+  // the same options share them (the classes, the tiers' resources, tier_links).
+  bool slots_built = false;
+  bool slots_distinct = false;
+  std::vector<double> slots_speed;
 
   void schedule(Picoseconds t, EventKind kind, int32_t slot, uint32_t id, uint64_t version = 0) {
     events.push(t, kind, slot, id, version);
@@ -178,7 +203,7 @@ struct Engine::Impl {
   // so it takes the largest of each over them: exact when their loads are equal, and otherwise
   // the slowest member's loads (a bound; docs/performance.md measures how close).
   const SlotLoad& load_of(int32_t layer, int32_t micro, int32_t slot) {
-    auto [it, inserted] = slot_load.try_emplace({layer, micro, slot});
+    auto [it, inserted] = slot_load.try_emplace({layer, micro, static_cast<int64_t>(slot)});
     if (!inserted) return it->second;
     SlotLoad& l = it->second;
     auto add = [&](int64_t rank) {
@@ -234,7 +259,15 @@ struct Engine::Impl {
       return;
     }
     if (!is_communication(op.kind)) {
-      double seconds = cost.kernel_seconds(op, rows_scale(slot, op));
+      const double scale = rows_scale(slot, op);
+      double seconds;
+      if (scale == 1.0) {
+        double& nominal = nominal_kernel_s[static_cast<size_t>(p.stage)][op_index];
+        if (std::isnan(nominal)) nominal = cost.kernel_seconds(op, 1.0);
+        seconds = nominal;
+      } else {
+        seconds = cost.kernel_seconds(op, scale);
+      }
       if (!opt.rank_speed.empty()) seconds *= opt.rank_speed[static_cast<size_t>(rank_of_slot(slot))];
       if (op.stream == Stream::compute && comm_in_flight[static_cast<size_t>(slot)] > 0) {
         seconds *= 1 + cost.overlap_slowdown();
@@ -480,18 +513,27 @@ struct Engine::Impl {
                                                                   routing_->spec().groups,
                                                                   routing_->spec().groups_per_token)
                            : -1;
-    assign_slots();
+    // The classes and the switch tiers depend only on the graph and on these options.
+    const bool same_slots = slots_built && slots_distinct == opt.distinct_ranks && slots_speed == opt.rank_speed;
+    if (!same_slots) {
+      assign_slots();
+      slots_built = true;
+      slots_distinct = opt.distinct_ranks;
+      slots_speed = opt.rank_speed;
+    }
     result = StepResult{};
     result.num_simulated_ranks = num_slots;
     const auto n = static_cast<size_t>(num_slots);
     slot_end.assign(n, 0);
 
-    remaining.assign(n, {});
-    started.assign(n, {});
-    ended.assign(n, {});
-    state.assign(n, {});
+    // Per-slot arrays keep their capacity from run to run (sampled steps of one graph): resized
+    // here, refilled below.
+    remaining.resize(n);
+    started.resize(n);
+    ended.resize(n);
+    state.resize(n);
     comm_in_flight.assign(n, 0);
-    memory.clear();
+    memory.resize(n);
     busy.assign(n, {});
     events.clear();
     rendezvous.clear();
@@ -500,12 +542,14 @@ struct Engine::Impl {
     last_version = 0;
     routing.clear();
     slot_load.clear();
-    tiers.emplace(cost, num_ranks, static_cast<int32_t>(n * kPortsPerSlot));
-    tier_links.clear();
+    if (!same_slots) {
+      tiers.emplace(cost, num_ranks, static_cast<int32_t>(n * kPortsPerSlot));
+      tier_links.clear();
+    }
     sharing.reset(n * kPortsPerSlot + static_cast<size_t>(tiers->num_resources()));
     for (int32_t s = 0; s < num_slots; ++s) {
       const Program& p = program_of(s);
-      memory.emplace_back(p.persistent.total());
+      memory[static_cast<size_t>(s)].reset(p.persistent.total(), p.persistent.host_total());
       remaining[static_cast<size_t>(s)] = index[static_cast<size_t>(p.stage)].num_preds;
       started[static_cast<size_t>(s)].assign(p.ops.size(), 0);
       ended[static_cast<size_t>(s)].assign(p.ops.size(), 0);

@@ -54,7 +54,8 @@ void MaxMinSharing::collect_component(const std::vector<int32_t>& seeds, int64_t
   component_.clear();
   touched_.clear();
   if (fresh >= 0 && flows_[static_cast<size_t>(fresh)].resources.empty()) component_.push_back(static_cast<uint32_t>(fresh));
-  std::vector<int32_t> work(seeds.begin(), seeds.end());
+  std::vector<int32_t>& work = work_;  // scratch kept across calls: no allocation per event
+  work.assign(seeds.begin(), seeds.end());
   for (int32_t r : work) resource_stamp_[static_cast<size_t>(r)] = stamp_;
   while (!work.empty()) {
     const int32_t r = work.back();

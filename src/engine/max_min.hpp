@@ -70,6 +70,7 @@ class MaxMinSharing {
   std::vector<uint32_t> component_;  // flows to re-solve
   std::vector<int32_t> touched_;     // binding resources of the component
   std::vector<int32_t> open_;        // scratch of share()
+  std::vector<int32_t> work_;        // scratch of collect_component()
 };
 
 }  // namespace moesim

@@ -6,7 +6,7 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
+#include <unordered_map>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -16,6 +16,16 @@
 namespace moesim {
 
 class Rendezvous {
+  // Keys are looked up once per collective or message, never iterated: hashed.
+  struct KeyHash {
+    template <typename... T>
+    size_t operator()(const std::tuple<T...>& k) const {
+      uint64_t h = 0;
+      std::apply([&](const auto&... v) { ((h = h * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(v)), ...); }, k);
+      return static_cast<size_t>(h ^ (h >> 29));
+    }
+  };
+
  public:
   using Member = std::pair<int32_t, uint32_t>;  // (slot, op)
 
@@ -52,9 +62,9 @@ class Rendezvous {
   }
 
  private:
-  std::map<std::tuple<int, int64_t, int32_t>, std::vector<Member>> collectives_;
-  std::map<std::tuple<int, int64_t, int64_t, int64_t>, std::vector<Member>> messages_;
-  std::map<std::tuple<int, int64_t, int64_t>, int64_t> posted_;  // per (channel x direction, sender, receiver)
+  std::unordered_map<std::tuple<int, int64_t, int32_t>, std::vector<Member>, KeyHash> collectives_;
+  std::unordered_map<std::tuple<int, int64_t, int64_t, int64_t>, std::vector<Member>, KeyHash> messages_;
+  std::unordered_map<std::tuple<int, int64_t, int64_t>, int64_t, KeyHash> posted_;  // per (channel x direction, sender, receiver)
 };
 
 }  // namespace moesim

@@ -107,7 +107,7 @@ std::pair<Picoseconds, TimeByName> exposed_time(const RunRecord& run, int32_t sl
   auto cause_of = [&](const Op& op) -> std::string {
     if (is_p2p(op.kind)) return "pipeline_bubble";
     if (is_communication(op.kind)) return std::string(enum_name(op.kind));
-    if (op.stream == Stream::copy) return "swap";
+    if (op.stream == Stream::copy || op.kind == OpKind::swap_in || op.kind == OpKind::swap_out) return "swap";
     return "other";
   };
   Picoseconds cursor = 0;

@@ -191,6 +191,16 @@ void write_program(Writer& w, const Program& p) {
   w.number(p.persistent.optimizer_states, "persistent optimizer_states");
   w.raw(", \"runtime\": ");
   w.number(p.persistent.runtime, "persistent runtime");
+  if (p.persistent.host_total() > 0) {  // CPU offload's state in host memory; absent when none
+    w.raw(", \"host_params\": ");
+    w.number(p.persistent.host_params, "persistent host_params");
+    w.raw(", \"host_master_params\": ");
+    w.number(p.persistent.host_master_params, "persistent host_master_params");
+    w.raw(", \"host_grads\": ");
+    w.number(p.persistent.host_grads, "persistent host_grads");
+    w.raw(", \"host_optimizer_states\": ");
+    w.number(p.persistent.host_optimizer_states, "persistent host_optimizer_states");
+  }
   w.raw("},\n      \"names\": [");
   for (size_t i = 0; i < p.names.size(); ++i) {
     w.raw(i == 0 ? "\n        " : ",\n        ");
@@ -489,7 +499,14 @@ Program read_program(const Reader& r, const json& node, const Where& where, size
     p.persistent.grads = r.amount(m.need("grads"), at.at("grads"));
     p.persistent.optimizer_states = r.amount(m.need("optimizer_states"), at.at("optimizer_states"));
     if (const json* j = m.find("runtime")) p.persistent.runtime = r.amount(*j, at.at("runtime"));
-    m.finish({"params", "master_params", "grads", "optimizer_states", "runtime"});
+    if (const json* j = m.find("host_params")) p.persistent.host_params = r.amount(*j, at.at("host_params"));
+    if (const json* j = m.find("host_master_params")) p.persistent.host_master_params = r.amount(*j, at.at("host_master_params"));
+    if (const json* j = m.find("host_grads")) p.persistent.host_grads = r.amount(*j, at.at("host_grads"));
+    if (const json* j = m.find("host_optimizer_states")) {
+      p.persistent.host_optimizer_states = r.amount(*j, at.at("host_optimizer_states"));
+    }
+    m.finish({"params", "master_params", "grads", "optimizer_states", "runtime", "host_params", "host_master_params",
+              "host_grads", "host_optimizer_states"});
   }
   {
     const Where at = where.at("names");

@@ -63,8 +63,10 @@ enum class OpKind : uint8_t {
   all_to_all,
   send,
   recv,
+  // host CPU work (parallel.fsdp.offload): runs on the compute queue, which waits for it
+  host_optimizer,
 };
-inline constexpr int kNumOpKinds = 36;
+inline constexpr int kNumOpKinds = 37;
 
 enum class Phase : uint8_t { fwd, bwd, recompute, optimizer };
 enum class Stream : uint8_t { compute, comm, copy };
@@ -115,7 +117,8 @@ constexpr bool counts_as_model_flops(OpKind k) {
     case OpKind::all_reduce:
     case OpKind::all_to_all:
     case OpKind::send:
-    case OpKind::recv: return false;
+    case OpKind::recv:
+    case OpKind::host_optimizer: return false;
   }
   return false;  // unreachable: every OpKind is listed above
 }
@@ -223,6 +226,7 @@ struct EnumNames<OpKind> {
       {"all_to_all", OpKind::all_to_all},
       {"send", OpKind::send},
       {"recv", OpKind::recv},
+      {"host_optimizer", OpKind::host_optimizer},
   }};
 };
 template <>

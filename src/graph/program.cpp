@@ -8,9 +8,11 @@
 namespace moesim {
 
 uint32_t ProgramWriter::intern(std::string_view name) {
-  auto [it, inserted] = name_ids_.try_emplace(std::string(name), static_cast<uint32_t>(p_.names.size()));
-  if (inserted) p_.names.emplace_back(name);
-  return it->second;
+  if (const auto it = name_ids_.find(name); it != name_ids_.end()) return it->second;
+  const auto id = static_cast<uint32_t>(p_.names.size());
+  name_ids_.emplace(std::string(name), id);
+  p_.names.emplace_back(name);
+  return id;
 }
 
 uint32_t ProgramWriter::add(Op op, std::string_view name, std::span<const TensorDesc> inputs,

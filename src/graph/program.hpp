@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -28,7 +29,14 @@ struct PersistentMemory {
   double grads = 0;             // sharded gradients of trainable weights
   double optimizer_states = 0;
   double runtime = 0;           // the software stack: runtime reserve and communicator buffers
+  // Of the state above, what CPU offload (parallel.fsdp.offload) keeps in host memory instead:
+  // not in the fields above nor in total(), which are HBM.
+  double host_params = 0;
+  double host_master_params = 0;
+  double host_grads = 0;
+  double host_optimizer_states = 0;
   double total() const { return params + master_params + grads + optimizer_states + runtime; }
+  double host_total() const { return host_params + host_master_params + host_grads + host_optimizer_states; }
 };
 
 struct Program {
@@ -72,7 +80,12 @@ class ProgramWriter {
 
  private:
   Program& p_;
-  std::unordered_map<std::string, uint32_t> name_ids_;
+  // Looked up by string_view (transparent hash): an op name already interned costs no allocation.
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> name_ids_;
 };
 
 }  // namespace moesim

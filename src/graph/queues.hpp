@@ -42,7 +42,11 @@ constexpr int queue_of(const Op& op) {
     return kFirstPipelineQueue + p2p_carries(op) * 4 + (op.peer_offset < 0 ? 2 : 0) + (op.kind == OpKind::send ? 0 : 1);
   }
   if (op.stream == Stream::copy) return kCopyQueue;
-  if (op.stream == Stream::comm && is_communication(op.kind)) return 2 + static_cast<int>(op.group);
+  // Collectives, and the host copies CPU offload pairs with them (FSDP2 copies a parameter shard to
+  // the device on its all-gather stream and a gradient shard to the host on its reduce-scatter
+  // stream), run on their group's queue.
+  const bool host_copy = op.kind == OpKind::swap_in || op.kind == OpKind::swap_out;
+  if (op.stream == Stream::comm && (is_communication(op.kind) || host_copy)) return 2 + static_cast<int>(op.group);
   return kComputeQueue;
 }
 

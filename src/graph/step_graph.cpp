@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -134,6 +135,7 @@ class StepBuilder {
     c_.attention_dropout = spec_.training.attention_dropout;
     num_micro_ = spec_.batch.global_batch_size / (spec_.batch.micro_batch_size * p.dp());
     zero_stage_ = p.fsdp.zero_stage;
+    offload_ = p.fsdp.offload;
     sync_every_micro_ = resolved_gradient_sync(p.fsdp, p.pp.stages) == GradientSync::every_micro_batch;
     zero_bubble_ = p.pp.schedule == PipelineSchedule::zero_bubble_h1;
     dualpipe_ = p.pp.schedule == PipelineSchedule::dualpipe && p.pp.stages > 1;
@@ -314,20 +316,48 @@ class StepBuilder {
     return {zero_stage_ >= 1 ? n : 1.0, zero_stage_ >= 2 ? n : 1.0, zero_stage_ >= 3 ? n : 1.0};
   }
 
+  // CPU offload (parallel.fsdp.offload) moves, of the state below: master weights and optimizer
+  // states always; gradients where they are sharded into a buffer of their own first (ZeRO-2/3,
+  // grads_on_host); the stored parameters with offload parameters (FSDP2 CPUOffloadPolicy). The
+  // host copy holds exactly the bytes HBM would have held (same shards, same formats).
   void persistent(Program& p) const {
     const auto& prec = spec_.training.precision;
     const double states = spec_.training.optimizer.kind == OptimizerKind::adamw ? 2.0 : 1.0;
+    const bool offload = offload_ != OffloadKind::none;
     for (const auto& [layer, u] : units_) {
       for (const Part& part : parts(u)) {
         const ShardDivisors d = divisors(plan_.group_size(part.shard_group));
         // Stage 3 holds low-precision copies of frozen weights only; below it, of all weights.
-        const double low_precision = zero_stage_ >= 3 ? part.params - part.trainable : part.params;
-        p.persistent.params += low_precision / d.params * dtype_bytes(prec.params);
-        p.persistent.master_params += part.trainable / d.states * dtype_bytes(prec.master_params);
-        p.persistent.grads += part.trainable / d.grads * dtype_bytes(prec.grads);
-        p.persistent.optimizer_states += states * part.trainable / d.states * dtype_bytes(prec.optimizer_states);
+        // ZeRO-3 under ZeRO-Offload keeps a low-precision shard of the trainable weights in HBM too,
+        // to gather from (DeepSpeed's fp16 partition), the fp32 master being on the host.
+        const double low_precision =
+            zero_stage_ >= 3 && offload_ != OffloadKind::optimizer ? part.params - part.trainable : part.params;
+        const double params = low_precision / d.params * dtype_bytes(prec.params);
+        const double master = part.trainable / d.states * dtype_bytes(prec.master_params);
+        const double grads = part.trainable / d.grads * dtype_bytes(prec.grads);
+        const double moments = states * part.trainable / d.states * dtype_bytes(prec.optimizer_states);
+        (offload_ == OffloadKind::parameters ? p.persistent.host_params : p.persistent.params) += params;
+        (offload ? p.persistent.host_master_params : p.persistent.master_params) += master;
+        (grads_on_host(part) ? p.persistent.host_grads : p.persistent.grads) += grads;
+        (offload ? p.persistent.host_optimizer_states : p.persistent.optimizer_states) += moments;
       }
     }
+  }
+
+  // A host copy: host-to-device (swap_in) or device-to-host (swap_out). With a group, on that
+  // group's communication queue, in order with its collectives (queues.hpp); else the copy queue.
+  uint32_t host_copy(ProgramWriter& w, OpKind kind, int64_t layer, int32_t micro, Phase phase, double bytes,
+                     const std::string& name, std::optional<GroupKind> group = std::nullopt) {
+    Op op;
+    op.kind = kind;
+    op.phase = phase;
+    op.stream = group ? comm_stream() : Stream::copy;
+    if (group) op.group = *group;
+    op.layer = static_cast<int32_t>(layer);
+    op.micro = micro;
+    (kind == OpKind::swap_out ? op.bytes_read : op.bytes_written) = bytes;
+    op.comm_bytes = bytes;
+    return w.add(op, name);
   }
 
   // The trainable parameters this rank's optimizer updates for a unit.
@@ -342,9 +372,33 @@ class StepBuilder {
   void gather(ProgramWriter& w, int64_t layer, int32_t micro, Phase phase, std::vector<uint32_t>& ops,
               std::vector<uint32_t>& buffers, int64_t after, bool allocate) {
     const Unit& u = units_.at(layer);
-    const double bytes = dtype_bytes(spec_.training.precision.params);
-    auto one = [&](GroupKind group, double params, const char* what) {
-      if (params <= 0 || plan_.group_size(group) == 1) return;
+    const auto& prec = spec_.training.precision;
+    const double bytes = dtype_bytes(prec.params);
+    auto one = [&](GroupKind group, double params, double trainable, const char* what) {
+      const int64_t shards = plan_.group_size(group);
+      // Offload parameters (stage 3): the shard comes from host memory first, in its stored formats
+      // (frozen weights low precision, trainable ones the fp32 master: FSDP2 copies the sharded
+      // parameter to the device, then casts it in the all-gather's copy-in), prefetched with the
+      // gather; the gather frees it. Unsharded, the copy is the unit's weights.
+      const bool from_host = offload_ == OffloadKind::parameters && allocate;
+      if (params <= 0 || (shards == 1 && !from_host)) return;
+      int64_t h2d = -1;
+      uint32_t shard = 0;
+      if (from_host) {
+        const auto n = static_cast<double>(shards);
+        const double shard_bytes =
+            (params - trainable) / n * dtype_bytes(prec.params) + trainable / n * dtype_bytes(prec.master_params);
+        h2d = host_copy(w, OpKind::swap_in, layer, micro, phase, shard_bytes, unit_name(layer) + ".offload_h2d." + what,
+                        group);
+        shard = w.buffer(shard_bytes, MemCategory::gathered_params, unit_name(layer) + ".offload_shard." + what);
+        w.effect(static_cast<uint32_t>(h2d), shard, MemAction::alloc);
+        if (after >= 0) w.order_after(static_cast<uint32_t>(h2d), static_cast<uint32_t>(after));
+        if (shards == 1) {
+          ops.push_back(static_cast<uint32_t>(h2d));
+          buffers.push_back(shard);
+          return;
+        }
+      }
       Op op;
       op.kind = OpKind::all_gather;
       op.phase = phase;
@@ -355,14 +409,16 @@ class StepBuilder {
       op.comm_bytes = params * bytes;
       const uint32_t i = w.add(op, unit_name(layer) + ".fsdp_all_gather." + what);
       if (after >= 0) w.order_after(i, static_cast<uint32_t>(after));
+      if (h2d >= 0) w.order_after(i, static_cast<uint32_t>(h2d));
       ops.push_back(i);
       if (!allocate) return;
       const uint32_t b = w.buffer(params * bytes, MemCategory::gathered_params, unit_name(layer) + ".gathered." + what);
       w.effect(i, b, MemAction::alloc);
+      if (h2d >= 0) w.effect(i, shard, MemAction::free);
       buffers.push_back(b);
     };
-    one(GroupKind::fsdp, u.params, "params");
-    one(GroupKind::edp, u.expert_params, "experts");
+    one(GroupKind::fsdp, u.params, u.trainable, "params");
+    one(GroupKind::edp, u.expert_params, u.expert_trainable, "experts");
   }
 
   // The two parts of a unit's gradients: non-expert weights sharded over the fsdp group, expert
@@ -388,6 +444,11 @@ class StepBuilder {
   bool has_unsharded_buffer(const Part& part) const {
     return needs_reduction(part) && zero_stage_ >= 2 && plan_.group_size(part.shard_group) > 1;
   }
+  // Under CPU offload, a part's sharded gradients live in host memory when the reduction writes
+  // them to a shard buffer of their own (ZeRO-2/3 with a shard group); otherwise (ZeRO-1, or a
+  // part nobody shards) they stay in HBM, where the backward accumulates them, and only a copy of
+  // the reduced shard goes to the host.
+  bool grads_on_host(const Part& part) const { return offload_ != OffloadKind::none && has_unsharded_buffer(part); }
   // Gradients are reduced in this micro-batch's backward.
   bool syncs(int64_t micro) const { return sync_every_micro_ || last_micro(micro); }
   // The first and the last micro-batch through a unit: of the step, or of its DualPipe direction.
@@ -434,14 +495,37 @@ class StepBuilder {
       return i;
     };
     const int64_t rep = plan_.group_size(GroupKind::replicate);
+    const bool offload = offload_ != OffloadKind::none;
+    // CPU offload: the reduced gradients (this rank's shard, in the reduction's format) go to host
+    // memory once reduced, after each reduction (FSDP2's post-reduce copy to the CPU, ZeRO-Offload's
+    // gradient offload); a shard buffer, when the gradients live on the host, is freed by the copy.
+    auto to_host = [&](const Part& part, double elements, uint32_t dep, int64_t shard_buffer) {
+      const Op& reduction = w.program().ops[dep];
+      const GroupKind group = is_collective(reduction.kind) ? reduction.group : part.shard_group;
+      const uint32_t c = host_copy(w, OpKind::swap_out, layer, micro, Phase::bwd, elements * bytes,
+                                   unit_name(layer) + ".offload_d2h." + part.name, group);
+      w.order_after(c, dep);
+      if (shard_buffer >= 0) w.effect(c, static_cast<uint32_t>(shard_buffer), MemAction::free);
+      return c;
+    };
     for (const Part& part : parts(units_.at(layer))) {
-      if (!needs_reduction(part)) continue;
+      if (!needs_reduction(part)) {
+        // Nothing to reduce: the gradients accumulate in HBM and go to the host once complete.
+        if (offload && part.trainable > 0 && last_micro(micro)) lasts.push_back(to_host(part, part.trainable, after, -1));
+        continue;
+      }
       const int64_t shards = plan_.group_size(part.shard_group);
       const bool frees = has_unsharded_buffer(part);
       uint32_t last = 0;
+      int64_t shard_buffer = -1;
       if (shards > 1 && zero_stage_ >= 1) {
         last = one(OpKind::reduce_scatter, part.shard_group, part.trainable, std::string("fsdp_reduce_scatter.") + part.name,
                    after, frees);
+        if (grads_on_host(part)) {
+          shard_buffer = w.buffer(part.trainable / static_cast<double>(shards) * bytes, MemCategory::gradient,
+                                  unit_name(layer) + ".offload_grad_shard." + part.name);
+          w.effect(last, static_cast<uint32_t>(shard_buffer), MemAction::alloc);
+        }
         if (rep > 1) {
           last = one(OpKind::all_reduce, GroupKind::replicate, part.trainable / static_cast<double>(shards),
                      std::string("hsdp_all_reduce.") + part.name, last, false);
@@ -457,6 +541,10 @@ class StepBuilder {
           last = one(OpKind::all_reduce, GroupKind::replicate, part.trainable,
                      std::string(shards > 1 ? "hsdp_all_reduce." : "ddp_all_reduce.") + part.name, last, false);
         }
+      }
+      if (offload) {
+        const bool scattered = shards > 1 && zero_stage_ >= 1;
+        last = to_host(part, part.trainable / static_cast<double>(scattered ? shards : 1), last, shard_buffer);
       }
       lasts.push_back(last);
     }
@@ -739,7 +827,11 @@ class StepBuilder {
       const double trainable = optimizer_share(u);
       if (trainable <= 0) continue;
       Op op;
-      op.kind = OpKind::optimizer;
+      // CPU offload: the step runs on the host CPUs (ZeRO-Offload's CPU-Adam, FSDP2's optimizer on
+      // CPU tensors), timed by its bytes over the host's optimizer bandwidth (cost_model.cpp); it
+      // sits on the compute queue, which waits for it as the training loop does.
+      const bool on_host = offload_ != OffloadKind::none;
+      op.kind = on_host ? OpKind::host_optimizer : OpKind::optimizer;
       op.phase = Phase::optimizer;
       op.dtype = Dtype::fp32;
       op.layer = static_cast<int32_t>(layer);
@@ -747,9 +839,16 @@ class StepBuilder {
       const double per_param = dtype_bytes(prec.master_params) + dtype_bytes(prec.grads) + states * dtype_bytes(prec.optimizer_states);
       op.bytes_read = trainable * per_param;
       op.bytes_written = trainable * (dtype_bytes(prec.master_params) + states * dtype_bytes(prec.optimizer_states));
-      const uint32_t i = w.add(op, unit_name(layer) + ".adamw");
+      const uint32_t i = w.add(op, unit_name(layer) + (on_host ? ".cpu_adamw" : ".adamw"));
       if (auto it = last_reduce_.find(layer); it != last_reduce_.end()) {
         for (uint32_t r : it->second) w.order_after(i, r);
+      }
+      // Offload optimizer: the updated low-precision shard goes back to the parameters in HBM (the
+      // next step gathers from it); offload parameters updates the host shard in place.
+      if (offload_ == OffloadKind::optimizer) {
+        const uint32_t c = host_copy(w, OpKind::swap_in, layer, -1, Phase::optimizer, trainable * dtype_bytes(prec.params),
+                                     unit_name(layer) + ".offload_params_h2d");
+        w.order_after(c, i);
       }
     }
   }
@@ -768,6 +867,7 @@ class StepBuilder {
   std::map<int64_t, std::vector<uint32_t>> last_reduce_;  // per layer, each gradient part's last reduction
   int64_t pass_start_ = 0;  // first op index of the forward or backward being emitted
   int64_t zero_stage_ = 3;
+  OffloadKind offload_ = OffloadKind::none;
   int64_t stage_ = 0;  // the stage whose program is being built
   bool zero_bubble_ = false;
   bool dualpipe_ = false;

@@ -55,6 +55,7 @@ OpKind backward_kind_of_communication(OpKind forward) {
     case OpKind::cross_entropy:
     case OpKind::cce_loss:
     case OpKind::optimizer:
+    case OpKind::host_optimizer:
     case OpKind::grad_accumulate:
     case OpKind::swap_out:
     case OpKind::swap_in: return forward;

@@ -43,6 +43,12 @@ void declare_fields(F& f, HostMemorySpec& s) {
   f.optional("over_scale_up", s.over_scale_up, false,
              "Host memory is reached over the scale-up fabric (a unified bus): swap copies then share the "
              "device's scale-up port with collectives.");
+  f.optional("cpu_optimizer_bandwidth", s.cpu_optimizer_bandwidth, BytesPerSecond{kDefaultCpuOptimizerBytesPerSecond},
+             "Host-memory bytes per second the node's CPUs move running the optimizer step of CPU offload "
+             "(parallel.fsdp.offload), shared by the node's devices: AdamW moves 28 bytes a parameter. Default: "
+             "ZeRO-Offload's CPU-Adam on a DGX-2's two Xeon Platinum 8168 (10 B parameters in 2.57 s, arXiv "
+             "2101.06840 Table 3), an assumption for other hosts.",
+             positive(limits::kMaxBandwidth));
 }
 
 template <class F>

@@ -34,12 +34,22 @@ struct PeakFlopsSpec {
   std::optional<FlopsPerSecond> of(Dtype d) const;
 };
 
+// The optimizer step of CPU offload on the host CPUs (ZeRO-Offload's CPU-Adam), as host-memory
+// bytes per second per node: its AdamW reads fp32 weights, gradients and two moments and writes
+// weights and moments (28 bytes a parameter), memory-bound. ZeRO-Offload (arXiv 2101.06840,
+// Table 3) reports CPU-Adam stepping 10 B parameters in 2.57 s on a DGX-2's two 24-core Xeon
+// Platinum 8168 - 3.9e9 parameters/s, 109 GB/s at 28 bytes each; 110 GB/s is that, an assumption
+// for any other host (a newer host is faster: give the field).
+inline constexpr double kDefaultCpuOptimizerBytesPerSecond = 110e9;
+
 // The host memory tier a device can reach (CPU DDR / LPDDR): swap target and offload space.
 struct HostMemorySpec {
   Bytes capacity_per_device;
   BytesPerSecond bandwidth;  // device <-> host, per device, each way
   Seconds latency;
   bool over_scale_up = false;  // reached over the scale-up fabric: copies share its port
+  // Per node, shared by its devices' concurrent CPU optimizer steps (parallel.fsdp.offload).
+  BytesPerSecond cpu_optimizer_bandwidth{kDefaultCpuOptimizerBytesPerSecond};
 };
 
 struct DeviceSpec {

@@ -7,8 +7,20 @@
 
 namespace moesim {
 
-RankMemoryLedger::RankMemoryLedger(double persistent) : hbm_(persistent) {
+RankMemoryLedger::RankMemoryLedger(double persistent, double persistent_ddr) { reset(persistent, persistent_ddr); }
+
+void RankMemoryLedger::reset(double persistent, double persistent_ddr) {
+  pending_.clear();
+  pending_time_ = 0;
+  slab_.reset();
+  block_.assign(block_.size(), kNotPlaced);
+  hbm_ = persistent;
+  ddr_ = persistent_ddr;
+  live_ = {};
+  m_ = RankMemory{};
   m_.persistent_bytes = persistent;
+  m_.persistent_ddr_bytes = persistent_ddr;
+  m_.peak_ddr_bytes = persistent_ddr;
   m_.peak_hbm_bytes = persistent;
   m_.min_hbm_bytes = persistent;
 }
@@ -62,7 +74,15 @@ void RankMemoryLedger::place_pending() {
   const auto before = [](const Pending& a, const Pending& b) {
     return a.op != b.op ? a.op < b.op : a.takes > b.takes;
   };
-  if (!std::is_sorted(pending_.begin(), pending_.end(), before)) std::stable_sort(pending_.begin(), pending_.end(), before);
+  // Stable insertion sort: an instant's effects are few and nearly in order, and std::stable_sort
+  // would allocate a buffer per instant.
+  for (size_t i = 1; i < pending_.size(); ++i) {
+    if (!before(pending_[i], pending_[i - 1])) continue;
+    const Pending x = pending_[i];
+    size_t j = i;
+    for (; j > 0 && before(x, pending_[j - 1]); --j) pending_[j] = pending_[j - 1];
+    pending_[j] = x;
+  }
   for (const Pending& x : pending_) {
     SlabAllocator::Handle& block = block_[x.buffer];
     if (x.takes) {

@@ -32,8 +32,9 @@ struct RankMemory {
   std::array<double, kNumMemCategories> peak_transient{};  // by MemCategory, at the peak
   double allocator_reserve_bytes = 0;
   double slab_bytes = 0;  // the transient tensors' slab: its high water over the step
-  double peak_ddr_bytes = 0;
+  double peak_ddr_bytes = 0;         // persistent_ddr_bytes and what swap moved there
   double persistent_bytes = 0;
+  double persistent_ddr_bytes = 0;  // offloaded state (parallel.fsdp.offload), in host memory all step
   Picoseconds peak_time = 0;
   uint32_t peak_op = 0;      // op after whose effects the HBM peak was reached
   double final_hbm_bytes = 0;
@@ -42,8 +43,12 @@ struct RankMemory {
 
 class RankMemoryLedger {
  public:
-  // A rank holding `persistent` bytes of HBM for the whole step.
-  explicit RankMemoryLedger(double persistent = 0);
+  // A rank holding `persistent` bytes of HBM and `persistent_ddr` bytes of host memory (CPU
+  // offload's state) for the whole step.
+  explicit RankMemoryLedger(double persistent = 0, double persistent_ddr = 0);
+  // Back to the state of a fresh ledger holding those bytes, keeping its buffers' capacity (the
+  // engine reuses its ledgers from one sampled step to the next).
+  void reset(double persistent, double persistent_ddr = 0);
 
   // Applies the effects of `op` (index `op_index` of `p`) at its start or end, at time t.
   void apply(const Program& p, const Op& op, uint32_t op_index, bool at_start, Picoseconds t);

@@ -12,6 +12,17 @@ uint64_t slab_block_bytes(double bytes) {
   return std::max<uint64_t>(kSlabAlignment, (b + kSlabAlignment - 1) / kSlabAlignment * kSlabAlignment);
 }
 
+void SlabAllocator::reset() {
+  nodes_.clear();
+  released_.clear();
+  spare_.clear();
+  free_.clear();
+  last_ = kNone;
+  top_ = 0;
+  high_ = 0;
+  live_ = 0;
+}
+
 uint32_t SlabAllocator::new_node() {
   if (!spare_.empty()) {
     const uint32_t id = spare_.back();

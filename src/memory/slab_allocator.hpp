@@ -39,6 +39,9 @@ class SlabAllocator {
   // without it `reuses` stays empty and the blocks are smaller (the engine's many ranks).
   explicit SlabAllocator(bool track_reuse = true) : track_(track_reuse) {}
 
+  // Forgets every block (as a fresh allocator), keeping the pool's capacity.
+  void reset();
+
   // Places a block of `bytes` (a multiple of kSlabAlignment, > 0) for op `op`.
   Placement place(uint64_t bytes, uint32_t op);
   // Releases a placed block, by op `op`, which is at 1-based place `place` of `queue` (queue -1:

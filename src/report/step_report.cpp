@@ -47,6 +47,7 @@ std::string category(OpKind k) {
     case OpKind::cross_entropy:
     case OpKind::cce_loss: return "loss";
     case OpKind::optimizer:
+    case OpKind::host_optimizer:
     case OpKind::grad_accumulate: return "optimizer";
     case OpKind::permute:
     case OpKind::unpermute: return "permute";

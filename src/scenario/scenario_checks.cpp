@@ -27,6 +27,7 @@ class ScenarioChecker {
     check_batch();
     check_training();
     check_memory_options();
+    check_offload();
     check_loss();
     check_routing();
     check_fused_ops();
@@ -342,6 +343,28 @@ class ScenarioChecker {
     }
     if (spec_.recompute.policy == RecomputePolicy::none && !spec_.recompute.layers.is_all()) {
       fail("/recompute/layers", "set but the policy is none");
+    }
+  }
+
+  // CPU offload only where a framework runs it (docs/pipeline.md, "CPU offload").
+  void check_offload() const {
+    const auto& p = spec_.parallel;
+    if (p.fsdp.offload == OffloadKind::none) return;
+    const std::string what = std::string(enum_name(p.fsdp.offload));
+    if (p.fsdp.zero_stage == 0) {
+      fail("/parallel/fsdp/offload", "offload " + what + " needs a sharded optimizer (zero_stage 1-3): DeepSpeed "
+                                     "offloads only under ZeRO, FSDP2 only with fully_shard; got zero_stage 0");
+    }
+    if (p.fsdp.offload == OffloadKind::parameters && p.fsdp.zero_stage < 3) {
+      fail("/parallel/fsdp/offload", "offload parameters needs zero_stage 3 (FSDP2 CPUOffloadPolicy, ZeRO-3 "
+                                     "offload_param), got zero_stage " + str(p.fsdp.zero_stage) +
+                                     "; offload optimizer keeps parameters in HBM");
+    }
+    if (p.pp.schedule == PipelineSchedule::dualpipe && p.pp.stages > 1) {
+      fail("/parallel/fsdp/offload", "not with pp.schedule dualpipe: no framework runs CPU offload with it");
+    }
+    if (hw_.device.host_memory.capacity_per_device.value <= 0) {
+      fail("/parallel/fsdp/offload", hw_.name + " has no host memory to offload to");
     }
   }
 

@@ -78,6 +78,12 @@ void declare_fields(F& f, FsdpSpec& s) {
              "Units gathered ahead of their use; 0: a unit's gathers start only when it is reached (after the compute "
              "before it), fully exposed.",
              non_negative(limits::kMaxSmall));
+  f.optional("offload", s.offload, OffloadKind::none,
+             "CPU offload of persistent state to host memory, the optimizer step on the CPU: none; optimizer "
+             "(DeepSpeed ZeRO-Offload, zero_stage 1-3: fp32 master weights, optimizer states and, from zero_stage 2, "
+             "gradient shards in host memory; updated parameter shards copied back to HBM); parameters (FSDP2 "
+             "CPUOffloadPolicy, zero_stage 3: the parameter shards too, copied to the device before each "
+             "all-gather).");
 }
 
 template <class F>

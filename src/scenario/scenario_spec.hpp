@@ -115,6 +115,17 @@ enum class GradientSync {
 //   2  ZeRO-2: gradients sharded too (reduce-scattered as they are produced)
 //   3  FSDP2 / ZeRO-3: parameters sharded too, gathered per unit before use
 // and replicate groups on top (HSDP: gradients all-reduced across replicas after the shard group).
+// CPU offload of persistent training state to host memory, as the frameworks run it (the model:
+// docs/pipeline.md, "CPU offload"):
+//   optimizer   DeepSpeed ZeRO-Offload (offload_optimizer): fp32 master weights and optimizer
+//               states in host memory, gradient shards copied there after their reduction (held
+//               there from ZeRO-2 on), the optimizer step on the CPU, updated parameter shards
+//               copied back; the low-precision parameters stay in HBM (zero_stage 1-3)
+//   parameters  PyTorch FSDP2 CPUOffloadPolicy (DeepSpeed ZeRO-3 with offload_param too): the
+//               sharded parameters as well, copied to the device before each all-gather; the
+//               CPU updates them in place (zero_stage 3)
+enum class OffloadKind { none, optimizer, parameters };
+
 struct FsdpSpec {
   int64_t shard = 1;      // shard group size
   int64_t replicate = 1;  // HSDP replicate groups (plain DP when shard is 1)
@@ -122,6 +133,7 @@ struct FsdpSpec {
   GradientSync gradient_sync = GradientSync::automatic;
   bool reshard_after_forward = true;
   int64_t prefetch = 1;   // units gathered ahead of use
+  OffloadKind offload = OffloadKind::none;
 };
 
 // The gradient synchronisation a plan runs: automatic resolves to what the frameworks do -
@@ -331,6 +343,14 @@ struct EnumNames<ExpertDispatch> {
   static constexpr std::array<std::pair<std::string_view, ExpertDispatch>, 2> names{{
       {"direct", ExpertDispatch::direct},
       {"hierarchical", ExpertDispatch::hierarchical},
+  }};
+};
+template <>
+struct EnumNames<OffloadKind> {
+  static constexpr std::array<std::pair<std::string_view, OffloadKind>, 3> names{{
+      {"none", OffloadKind::none},
+      {"optimizer", OffloadKind::optimizer},
+      {"parameters", OffloadKind::parameters},
   }};
 };
 template <>

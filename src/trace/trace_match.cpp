@@ -109,6 +109,7 @@ std::string_view op_family(OpKind kind) {
     case OpKind::cross_entropy:
     case OpKind::cce_loss: return "loss";
     case OpKind::optimizer: return "optimizer";
+    case OpKind::host_optimizer: return "host_optimizer";  // on the CPU: no kernel in a trace
     case OpKind::swap_out:
     case OpKind::swap_in: return "host_copy";
     case OpKind::all_gather: return "all_gather";

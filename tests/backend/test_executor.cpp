@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: MIT
 // The executor's CPU-side plans (no GPU needed): queue assignment and cross-queue waits from a
 // Program, the buffer plan from memory effects, the dry run of every launch (every op of the
-// shipped calibration scenarios has a kernel), the routing plan's consistency across ranks.
+// shipped calibration scenarios has a kernel: K3's MLA/DSA/KDA slices, Llama's and Qwen3's GQA
+// slices), the operands of the GQA, QK-norm and CCE launches, the routing plan's consistency
+// across ranks.
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 
@@ -24,7 +28,12 @@ using namespace moesim::cuda;
 namespace {
 
 const char* const kCalibration[] = {"scenarios/calibration/k3-slice-1gpu.json", "scenarios/calibration/k3-slice-2gpu.json",
-                                    "scenarios/calibration/k3-slice-2gpu-ft.json"};
+                                    "scenarios/calibration/k3-slice-2gpu-ft.json",
+                                    "scenarios/calibration/llama-8b-slice-1gpu.json",
+                                    "scenarios/calibration/qwen3-moe-slice-1gpu.json",
+                                    "scenarios/calibration/qwen3-moe-slice-2gpu.json"};
+const char* const kLlama = "scenarios/calibration/llama-8b-slice-1gpu.json";
+const char* const kQwen3 = "scenarios/calibration/qwen3-moe-slice-2gpu.json";
 
 Scenario scenario(const char* file) { return load_scenario(read_input(file, "scenarios", "SCENARIO")); }
 
@@ -215,6 +224,119 @@ TEST_CASE("dense MLA attention has a launch with cuDNN's SDPA and with the backe
     }
   }
   CHECK(seen >= 2);
+}
+
+// The operands one op takes in a dry run (input and output arena high-water marks, bytes).
+std::pair<size_t, size_t> dry_operands(const StepGraph& g, const ModelSpec& model, const RoutingPlan& routing,
+                                       const Op& op, bool cudnn) {
+  const Program& p = g.programs.front();
+  Arena in, out;
+  OpEnv env;
+  env.graph = &g;
+  env.model = &model;
+  env.routing = &routing;
+  env.cudnn_attention = cudnn;
+  env.in = &in;
+  env.out = &out;
+  launch_op(env, p, static_cast<uint32_t>(&op - p.ops.data()));
+  return {in.high_water(), out.high_water()};
+}
+
+TEST_CASE("GQA attention has a launch with cuDNN's SDPA (8 key/value heads) and with the backend's kernels") {
+  // Llama 3.1 8B: 32 query heads, 8 key/value heads of 128, one sequence of 8192 per micro-batch.
+  const Scenario s = scenario(kLlama);
+  const StepGraph g = build_step_graph(s);
+  const Program& p = g.programs.front();
+  const RoutingPlan routing = build_routing_plan(g, 0, 0);
+  for (const bool cudnn : {false, true}) (void)size_arenas(g, s.model, 0, routing, cudnn);  // every op launches
+  const size_t t = 8192, hq = 32, hkv = 8, d = 128;  // every operand a multiple of 256 bytes
+  int64_t fwd = 0, bwd = 0;
+  for (const Op& op : p.ops) {
+    if (op.kind != OpKind::flash_attention) continue;
+    const auto own = dry_operands(g, s.model, routing, op, false), cudnn = dry_operands(g, s.model, routing, op, true);
+    const size_t qkv = t * (hq + 2 * hkv) * d * 2;  // BF16 q [t, 32, 128], k and v [t, 8, 128]
+    if (op.phase == Phase::fwd) {
+      ++fwd;
+      CHECK(own.first == qkv);
+      CHECK(cudnn.first == qkv);
+      // o (BF16) and lse (FP32); the backend's kernels also expand k and v to 32 heads (BF16).
+      CHECK(cudnn.second == t * hq * (d * 2 + 4));
+      CHECK(own.second == t * hq * (d * 2 + 4) + 2 * t * hq * d * 2);
+    } else if (op.phase == Phase::bwd) {
+      ++bwd;
+      const size_t in = qkv + t * hq * (2 * d * 2 + 4);  // adds o, d_o (BF16) and lse
+      CHECK(own.first == in);
+      CHECK(cudnn.first == in);
+      // The backend's kernels: FP32 dq [t, 32], dk, dv [t, 8]; the expanded BF16 k, v and their
+      // FP32 gradients [t, 32]; the FP32 rowsum(dO * O). cuDNN: BF16 dq, dk, dv (the grouping
+      // summed inside) and its scratch (FP32 rowsum and dq accumulator).
+      CHECK(own.second == t * (hq + 2 * hkv) * d * 4 + 2 * t * hq * d * 2 + 2 * t * hq * d * 4 + t * hq * 4);
+      const SdpaShape ss{1, 8192, 32, 8, 128, 128};
+      CHECK(sdpa_backward_scratch_bytes(ss) == t * hq * 4 + t * hq * d * 4);
+      CHECK(cudnn.second == (sdpa_backward_supported(ss) ? qkv + sdpa_backward_scratch_bytes(ss) : own.second));
+    }
+  }
+  CHECK(fwd == 2 * 2);  // 2 layers x 2 micro-batches (no recompute)
+  CHECK(bwd == fwd);
+}
+
+TEST_CASE("Qwen3's QK-norm normalises each head: (token, head) rows of head_dim") {
+  const Scenario s = scenario(kQwen3);
+  REQUIRE(s.model.gqa->qk_norm);
+  const StepGraph g = build_step_graph(s);
+  const Program& p = g.programs.front();
+  const RoutingPlan routing = build_routing_plan(g, 0, 0);
+  const size_t t = 8192, d = 128;
+  int64_t seen = 0;
+  for (const Op& op : p.ops) {
+    if (op.kind != OpKind::norm || op.phase != Phase::fwd) continue;
+    const std::string& name = p.name_of(op);
+    const bool is_q = name.ends_with(".attn.q_norm"), is_k = name.ends_with(".attn.k_norm");
+    if (!is_q && !is_k) continue;
+    ++seen;
+    const size_t heads = is_q ? 32 : 4;
+    const auto [in, out] = dry_operands(g, s.model, routing, op, true);
+    CHECK(in == t * heads * d * 2 + 256);       // x, and one head_dim weight (256 bytes: aligned)
+    CHECK(out == t * heads * d * 2 + t * heads * 4);  // y, and one FP32 rstd per (token, head)
+  }
+  CHECK(seen == 2 * 2 * 2);  // q and k, 2 layers, 2 micro-batches
+}
+
+TEST_CASE("CCE vocabulary chunks are a multiple of 8 entries wide: Qwen3's 151,936 in 19 chunks of 8,000") {
+  // 151936 / 19 = 7996.6: chunks of 7,997 would give [t, 7997] BF16 logits rows that are not
+  // 16-byte aligned (cuBLASLt's slow kernels, validation.md 2026-12-01).
+  const Scenario s = scenario(kQwen3);
+  const StepGraph g = build_step_graph(s);
+  const Program& p = g.programs.front();
+  const RoutingPlan routing = build_routing_plan(g, 0, 0);
+  const size_t t = 8192, d = 2048, vocab = 151936, chunk = 8000;
+  int64_t seen = 0;
+  for (const Op& op : p.ops) {
+    if (op.kind != OpKind::cce_loss || op.phase != Phase::fwd) continue;
+    ++seen;
+    REQUIRE(op.num_groups == 19);
+    const auto [in, out] = dry_operands(g, s.model, routing, op, true);
+    CHECK(in == t * d * 2 + vocab * d * 2);  // h and the head's weight
+    CHECK(out == t * chunk * 2 + t * 4);     // one chunk's BF16 logits and the FP32 loss
+  }
+  CHECK(seen == 2);  // one per micro-batch
+}
+
+TEST_CASE("an ungated activation is refused, naming the op: the executor's FFN kernel is SwiGLU") {
+  nlohmann::json j = nlohmann::json::parse(read_input(kLlama, "scenarios", "SCENARIO").text);
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "moesim-test-gelu";
+  std::filesystem::create_directories(dir);
+  nlohmann::json m = nlohmann::json::parse(read_input("models/calibration/llama-3.1-8b-l2.json", "models", "MODEL").text);
+  m["activation"] = "gelu";
+  std::ofstream(dir / "model.json") << m.dump();
+  j["model"] = (dir / "model.json").string();
+  j["hardware"] = std::filesystem::absolute("hardware/h200-x2.json").string();
+  const Scenario s = load_scenario(InputText{(dir / "scenario.json").string(), j.dump(), false});
+  const StepGraph g = build_step_graph(s);
+  const RoutingPlan routing = build_routing_plan(g, 0, 0);
+  CHECK_THROWS_WITH_AS(size_arenas(g, s.model, 0, routing), doctest::Contains("gated activations (SwiGLU) only"),
+                       BackendError);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a trainable embedding's backward has a launch: the 1-GPU slice as full fine-tuning") {

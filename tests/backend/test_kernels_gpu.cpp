@@ -204,10 +204,12 @@ TEST_CASE("grouped GEMM: uneven rows per expert, an expert with none") {
 }
 
 TEST_CASE("RMSNorm forward and backward") {
-  // 1000: the vectorised path (a multiple of 8, not of the block); 1001: the scalar one, odd columns.
-  for (const int64_t cols : {int64_t{1000}, int64_t{1001}}) {
+  // 1000: the vectorised path (a multiple of 8, not of the block); 1001: the scalar one, odd columns;
+  // 64, 128 and 200: short rows, 8, 16 and 32 lanes a row (128: QK-norm's head_dim; 200: lanes
+  // without work). 53 rows: the last block of short rows is partly empty.
+  for (const int64_t cols : {int64_t{1000}, int64_t{1001}, int64_t{64}, int64_t{128}, int64_t{200}}) {
   CAPTURE(cols);
-  const int64_t rows = 48;
+  const int64_t rows = 53;
   const double eps = 1e-6;
   const auto x = random_bf16(static_cast<size_t>(rows * cols), -2, 2);
   const auto w = random_bf16(static_cast<size_t>(cols), 0.5, 1.5);

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
 // The executor's own kernels (op_kernels.hpp exec_kernels: the embedding gather and its
 // gradient's scatter-add, KDA's depthwise short convolution both ways, the Attention Residuals
-// mix and its gradient) against their CPU references (reference.hpp) on fresh random inputs;
+// mix and its gradient, GQA's key/value head expansion and its adjoint) against their CPU references (reference.hpp) on fresh random inputs;
 // outputs poisoned with NaN first, except the scatter-add, which accumulates onto random values.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <utility>
 
 #include "backend/cuda/buffer.hpp"
 #include "backend/cuda/check.hpp"
@@ -102,5 +104,29 @@ TEST_CASE("Attention Residuals mix and its input gradients") {
     check_bf16("mix", y.download(), yr, [&](size_t i) { return u16 * std::abs(yr[i]) + 2 * sources * u32; });
     const auto dxr = ref::residual_mix_backward(dy, a);
     check_bf16("mix backward", dx.download(), dxr, [&](size_t i) { return u16 * std::abs(dxr[i]) + u32; });
+  }
+}
+
+TEST_CASE("GQA key/value heads expanded to the query heads, and the gradient summed back over each group") {
+  // Llama's grouping (4 query heads per key/value head) and MQA's (one key/value head), at a row
+  // count that is not a multiple of the block.
+  for (const auto& [heads_kv, group] : {std::pair<int64_t, int>{2, 4}, std::pair<int64_t, int>{1, 8}}) {
+    CAPTURE(heads_kv);
+    CAPTURE(group);
+    const int64_t rows = 333, d = 128, hq = heads_kv * group;
+    const auto x = random_bf16(static_cast<size_t>(rows * heads_kv * d));
+    auto dx_in = to_device(x);
+    auto y = poisoned<bf16_bits>(static_cast<size_t>(rows * hq * d));
+    exec_kernels::repeat_kv_heads(dx_in.data(), rows, heads_kv, group, d, y.data(), nullptr);
+    const auto dy = random_f32(static_cast<size_t>(rows * hq * d));
+    auto ddy = to_device(dy);
+    auto dx = poisoned<float>(static_cast<size_t>(rows * heads_kv * d));
+    exec_kernels::sum_kv_head_groups(ddy.data(), rows, heads_kv, group, d, dx.data(), nullptr);
+    device_sync();
+    const auto yr = ref::repeat_kv_heads(x, rows, heads_kv, group, d);
+    check_bf16("repeat kv heads", y.download(), yr, [](size_t) { return 0.0; });  // a copy: exact
+    const auto dxr = ref::sum_kv_head_groups(dy, rows, heads_kv, group, d);
+    // An FP32 sum of `group` terms of magnitude <= 1: each addition rounds once.
+    check_f32("sum kv head groups", dx.download(), dxr, [&](size_t i) { return u32 * group * (std::abs(dxr[i]) + 1); });
   }
 }

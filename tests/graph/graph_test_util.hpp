@@ -40,6 +40,7 @@ struct Plan {
   bool overlap = true;
   int64_t zero_stage = 3;
   std::string gradient_sync = "auto";
+  std::string offload = "none";
   std::string layers_per_chunk = "[]";
   std::string routing = "{}";
   std::string precision = "{}";
@@ -87,6 +88,7 @@ inline Scenario scenario(const Plan& p) {
           R"(}, "parallel": {"fsdp": {"shard": )" + std::to_string(p.shard) + R"(, "replicate": )" +
           std::to_string(p.replicate) + R"(, "zero_stage": )" + std::to_string(p.zero_stage) +
           R"(, "gradient_sync": ")" + p.gradient_sync + R"(", "reshard_after_forward": )" + (p.reshard ? "true" : "false") +
+          (p.offload != "none" ? R"(, "offload": ")" + p.offload + "\"" : std::string()) +
           R"(}, "ep": )" + std::to_string(p.ep) + R"(, "tp": {"degree": )" + std::to_string(p.tp) +
           R"(, "sequence_parallel": )" + (p.sp ? "true" : "false") + "}" +
           (p.etp > 0 ? R"(, "expert_tensor_parallel": )" + std::to_string(p.etp) : std::string()) +

@@ -143,7 +143,7 @@ class Launcher {
       case OpKind::permute: return permute();
       case OpKind::unpermute: return unpermute();
       case OpKind::kda: return kda();
-      case OpKind::flash_attention: return mla();
+      case OpKind::flash_attention: return gqa_layer() ? gqa() : mla();
       case OpKind::dsa_indexer:
       case OpKind::indexer_score: return indexer();
       case OpKind::topk: return topk();
@@ -166,6 +166,7 @@ class Launcher {
       case OpKind::kda_output:
         no_kernel(p_, op_, "the unfused KDA stages have no kernels; set fused_ops.kda");
       case OpKind::kda_state_correction: no_kernel(p_, op_, "KDA context parallelism has no kernel");
+      case OpKind::host_optimizer: no_kernel(p_, op_, "CPU offload (parallel.fsdp.offload) is simulated only");
     }
     no_kernel(p_, op_, "unknown kind");
   }
@@ -284,9 +285,17 @@ class Launcher {
     }
   }
 
+  // RMSNorm over rows of the op's width; QK-norm (Qwen3) normalises each head's head_dim slice
+  // with one head_dim weight, so its rows are (token, head) pairs.
   void norm() {
     const TensorDesc& xd = bwd() ? p_.outputs(op_).front() : p_.inputs(op_).front();
-    const int64_t rows = xd.shape[0], cols = cols_of(xd);
+    int64_t rows = xd.shape[0], cols = cols_of(xd);
+    if (qk_norm()) {
+      const int64_t hd = model().gqa->head_dim;
+      if (cols % hd != 0) no_kernel(p_, op_, "QK-norm width is not a multiple of head_dim");
+      rows *= cols / hd;
+      cols = hd;
+    }
     const bool gated = (bwd() ? op_.num_outputs : op_.num_inputs) > 1;  // gated norm: norm(o) * gate(g)
     auto* x = in<uint16_t>(rows * cols);
     auto* w = in<uint16_t>(cols);
@@ -309,8 +318,21 @@ class Launcher {
     if (gated) add(dy, g, dg, rows * cols, s());
   }
 
-  // SwiGLU on the gate|up projection [rows, 2f] -> [rows, f].
+  // Whether this op is a GQA layer's QK-norm (attn.q_norm / attn.k_norm, attention_ops.cpp).
+  bool qk_norm() const {
+    if (!gqa_layer() || !model().gqa->qk_norm) return false;
+    const std::string& name = p_.name_of(op_);
+    return name.ends_with(".attn.q_norm") || name.ends_with(".attn.k_norm");
+  }
+
+  // SwiGLU on the gate|up projection [rows, 2f] -> [rows, f] (the kernel computes silu(gate) * up;
+  // SiTU-GLU, K3's activation, runs it as a stand-in of the same cost). Ungated activations have
+  // no kernel here.
   void activation() {
+    if (!is_gated(model().activation)) {
+      no_kernel(p_, op_, "the executor runs gated activations (SwiGLU) only; the model's is " +
+                             std::string(enum_name(model().activation)));
+    }
     const TensorDesc& yd = bwd() ? p_.inputs(op_).front() : p_.outputs(op_).front();
     const int64_t rows = yd.shape[0], f = cols_of(yd);
     int64_t rows_used = rows;
@@ -468,6 +490,82 @@ class Launcher {
     return *e_.sdpa;
   }
 
+  // Whether op_ belongs to an MHA / GQA layer (layer_kinds is per 1-based layer).
+  bool gqa_layer() const {
+    const auto& kinds = model().layer_kinds;
+    if (op_.layer < 1 || static_cast<size_t>(op_.layer) > kinds.size() || !model().gqa) return false;
+    const AttentionKind a = kinds[static_cast<size_t>(op_.layer - 1)].attention;
+    return a == AttentionKind::gqa || a == AttentionKind::mha;
+  }
+
+  // Dense causal MHA / GQA core (gqa_block, attention_ops.cpp): q [B, T, Hq, d], k and v
+  // [B, T, Hkv, d] with Hq / Hkv query heads per key/value head (per TP rank, as the graph's
+  // projections). RoPE has no op of its own in the graph (its cost is folded into the
+  // projections), so none runs here. cuDNN's fused SDPA takes the grouping directly. The
+  // backend's kernels (no cuDNN) take k with q's heads: k and v are expanded head by head into
+  // scratch first, and backward sums the expanded FP32 dk, dv back over each group.
+  void gqa() {
+    const auto& g = *model().gqa;
+    const auto [batch, seq] = batch_seq(op_.m);
+    const int64_t hq = g.num_heads / tp(), hkv = std::max<int64_t>(g.num_kv_heads / tp(), 1);
+    if (hq % hkv != 0) no_kernel(p_, op_, "query heads are not a multiple of key/value heads");
+    const int64_t d = g.head_dim, rows = batch * seq;
+    const SdpaShape ss{batch, seq, hq, hkv, d, d};
+    const MlaShape sh{batch, seq, hq, d, d};
+    auto* q = in<uint16_t>(rows * hq * d);
+    auto* k = in<uint16_t>(rows * hkv * d);
+    auto* v = in<uint16_t>(rows * hkv * d);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    const bool cudnn = e_.cudnn_attention && sdpa_shape_supported(ss);
+    const int group = static_cast<int>(hq / hkv);
+    if (!bwd()) {
+      auto* o = out<uint16_t>(rows * hq * d);
+      auto* lse = out<float>(rows * hq);
+      if (cudnn) {
+        if (live()) sdpa().forward(ss, q, k, v, scale, o, lse, s());
+        return;
+      }
+      auto* ke = group > 1 ? out<uint16_t>(rows * hq * d) : k;
+      auto* ve = group > 1 ? out<uint16_t>(rows * hq * d) : v;
+      if (!live()) return;
+      if (group > 1) {
+        exec_kernels::repeat_kv_heads(k, rows, hkv, group, d, ke, s());
+        exec_kernels::repeat_kv_heads(v, rows, hkv, group, d, ve, s());
+      }
+      mla_forward(sh, q, ke, ve, scale, o, lse, s());
+      return;
+    }
+    auto* o = in<uint16_t>(rows * hq * d);
+    auto* lse = in<float>(rows * hq);
+    auto* d_o = in<uint16_t>(rows * hq * d);
+    if (cudnn && sdpa_backward_supported(ss)) {
+      auto* dq = out<uint16_t>(rows * hq * d);
+      auto* dk = out<uint16_t>(rows * hkv * d);
+      auto* dv = out<uint16_t>(rows * hkv * d);
+      void* scratch = e_.out->take_bytes(sdpa_backward_scratch_bytes(ss));
+      if (live()) sdpa().backward(ss, q, k, v, o, lse, d_o, scale, dq, dk, dv, scratch, s());
+      return;
+    }
+    auto* dq = out<float>(rows * hq * d);
+    auto* dk = out<float>(rows * hkv * d);
+    auto* dv = out<float>(rows * hkv * d);
+    auto* ke = group > 1 ? out<uint16_t>(rows * hq * d) : k;
+    auto* ve = group > 1 ? out<uint16_t>(rows * hq * d) : v;
+    auto* dke = group > 1 ? out<float>(rows * hq * d) : dk;
+    auto* dve = group > 1 ? out<float>(rows * hq * d) : dv;
+    void* ws = e_.out->take_bytes(mla_backward_workspace_bytes(sh));
+    if (!live()) return;
+    if (group > 1) {
+      exec_kernels::repeat_kv_heads(k, rows, hkv, group, d, ke, s());
+      exec_kernels::repeat_kv_heads(v, rows, hkv, group, d, ve, s());
+    }
+    mla_backward(sh, q, ke, ve, o, lse, d_o, scale, dq, dke, dve, ws, s());
+    if (group > 1) {
+      exec_kernels::sum_kv_head_groups(dke, rows, hkv, group, d, dk, s());
+      exec_kernels::sum_kv_head_groups(dve, rows, hkv, group, d, dv, s());
+    }
+  }
+
   // Dense causal MLA core (the kv_b expansion is the caller's: k has q's heads): cuDNN's fused
   // SDPA when the executor has cuDNN, else the backend's own kernels.
   void mla() {
@@ -595,7 +693,11 @@ class Launcher {
   void cce() {
     const int64_t t = op_.m, vocab = op_.n, d = op_.k;
     const int64_t chunks = std::max<int32_t>(op_.num_groups, 1);
-    const int64_t chunk = (vocab + chunks - 1) / chunks;
+    // Chunk widths rounded up to a multiple of 8 entries (so the last chunk is the narrower one):
+    // a [t, chunk] BF16 logits block whose rows are not 16-byte aligned sends cuBLASLt to slow
+    // kernels (Qwen3's 151,936 entries in 19 chunks of 7,997 ran 7x slower than 8,000, measured
+    // 2026-12-01, docs/calibration/validation.md), where a production CCE pads its tiles.
+    const int64_t chunk = ((vocab + chunks - 1) / chunks + 7) / 8 * 8;
     auto* h = in<uint16_t>(t * d);
     auto* w = in<uint16_t>(vocab * d);
     auto* logits = out<uint16_t>(t * chunk);

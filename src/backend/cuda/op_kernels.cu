@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The executor's own small kernels (op_kernels.hpp, section "executor kernels"): the ops the
 // backend's kernel set (kernels.hpp) has no launcher for - the embedding gather, the depthwise
-// causal short convolution of KDA, and the Attention Residuals mix. Memory-bound, FP32 math,
+// causal short convolution of KDA, the Attention Residuals mix, and GQA's key/value head expansion
+// (for the backend's attention kernels, which take k with q's heads). Memory-bound, FP32 math,
 // grid-stride loops; each launcher computes its grid with a ceil-div and checks the launch.
 #include "backend/cuda/op_kernels.hpp"
 
@@ -86,7 +87,43 @@ __global__ void mix_backward_kernel(const uint16_t* dy, const float* a, int sour
   }
 }
 
+// y[r, j * group + g, :] = x[r, j, :]: GQA key/value heads expanded to the query heads.
+__global__ void repeat_kv_heads_kernel(const uint16_t* x, int64_t rows, int64_t heads_kv, int group, int64_t d,
+                                       uint16_t* y) {
+  const int64_t n = rows * heads_kv * group * d;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = i % d, h = (i / d) % (heads_kv * group), r = i / (d * heads_kv * group);
+    y[i] = x[(r * heads_kv + h / group) * d + c];
+  }
+}
+
+// dx[r, j, :] = sum_g dy[r, j * group + g, :] (the expansion's adjoint, FP32).
+__global__ void sum_kv_head_groups_kernel(const float* dy, int64_t rows, int64_t heads_kv, int group, int64_t d,
+                                          float* dx) {
+  const int64_t n = rows * heads_kv * d;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = i % d, rj = i / d;  // rj = r * heads_kv + j
+    float acc = 0;
+    for (int g = 0; g < group; ++g) acc += dy[(rj * group + g) * d + c];
+    dx[i] = acc;
+  }
+}
+
 }  // namespace
+
+void repeat_kv_heads(const uint16_t* x, int64_t rows, int64_t heads_kv, int group, int64_t d, uint16_t* y,
+                     cudaStream_t stream) {
+  repeat_kv_heads_kernel<<<blocks_for(rows * heads_kv * group * d), kThreads, 0, stream>>>(x, rows, heads_kv, group, d, y);
+  MOESIM_LAUNCH_CHECK();
+}
+
+void sum_kv_head_groups(const float* dy, int64_t rows, int64_t heads_kv, int group, int64_t d, float* dx,
+                        cudaStream_t stream) {
+  sum_kv_head_groups_kernel<<<blocks_for(rows * heads_kv * d), kThreads, 0, stream>>>(dy, rows, heads_kv, group, d, dx);
+  MOESIM_LAUNCH_CHECK();
+}
 
 void gather_rows(const uint16_t* table, const int32_t* ids, int64_t rows, int64_t cols, int64_t table_rows, uint16_t* out,
                  cudaStream_t stream) {

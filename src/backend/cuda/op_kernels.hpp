@@ -120,7 +120,8 @@ struct OpEnv {
   size_t pinned_bytes = 0;
   GroupComm comm;          // for communication ops
   // flash_attention through cuDNN's fused SDPA (attention/sdpa.hpp: BF16 gradients, FP32 scratch
-  // from `out`) instead of the backend's own MLA kernels (FP32 gradients). The same in the dry run
+  // from `out`; MLA's core, and MHA / GQA with the model's key/value heads) instead of the
+  // backend's own MLA kernels (FP32 gradients; GQA's key/value heads expanded per query head). The same in the dry run
   // that sizes the arenas and in the live runs; `sdpa` is the device's (required when live).
   // A shape cuDNN does not take, or a backward the loaded cuDNN cannot run (sdpa_shape_supported,
   // sdpa_backward_supported), uses the backend's kernels.
@@ -155,6 +156,14 @@ void short_conv(const uint16_t* x, const uint16_t* w, int64_t rows, int64_t chan
 void residual_mix(const uint16_t* x, const float* weights, int sources, int64_t n, uint16_t* y, cudaStream_t stream);
 void residual_mix_backward(const uint16_t* dy, const float* weights, int sources, int64_t n, uint16_t* dx,
                            cudaStream_t stream);
+// GQA key/value heads expanded to the query heads, for attention kernels that take k with q's
+// heads: x [rows, heads_kv, d] -> y [rows, heads_kv * group, d], query head h reading key/value
+// head h / group (as sdpa.hpp's grouping).
+void repeat_kv_heads(const uint16_t* x, int64_t rows, int64_t heads_kv, int group, int64_t d, uint16_t* y,
+                     cudaStream_t stream);
+// Its adjoint on gradients: dx[r, j, :] = sum over the group's g of dy[r, j * group + g, :] (FP32).
+void sum_kv_head_groups(const float* dy, int64_t rows, int64_t heads_kv, int group, int64_t d, float* dx,
+                        cudaStream_t stream);
 }  // namespace exec_kernels
 
 }  // namespace moesim::cuda

@@ -280,4 +280,31 @@ std::vector<double> residual_mix_backward(std::span<const bf16_bits> dy, std::sp
   return dx;
 }
 
+std::vector<double> repeat_kv_heads(std::span<const bf16_bits> x, int64_t rows, int64_t heads_kv, int group, int64_t d) {
+  const int64_t hq = heads_kv * group;
+  std::vector<double> y(static_cast<size_t>(rows * hq * d));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t h = 0; h < hq; ++h) {
+      for (int64_t c = 0; c < d; ++c) {
+        y[static_cast<size_t>((r * hq + h) * d + c)] = bf16_to_float(x[static_cast<size_t>((r * heads_kv + h / group) * d + c)]);
+      }
+    }
+  }
+  return y;
+}
+
+std::vector<double> sum_kv_head_groups(std::span<const float> dy, int64_t rows, int64_t heads_kv, int group, int64_t d) {
+  std::vector<double> dx(static_cast<size_t>(rows * heads_kv * d), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < heads_kv; ++j) {
+      for (int g = 0; g < group; ++g) {
+        for (int64_t c = 0; c < d; ++c) {
+          dx[static_cast<size_t>((r * heads_kv + j) * d + c)] += dy[static_cast<size_t>(((r * heads_kv + j) * group + g) * d + c)];
+        }
+      }
+    }
+  }
+  return dx;
+}
+
 }  // namespace moesim::cuda::ref

@@ -83,5 +83,9 @@ std::vector<double> short_conv(std::span<const bf16_bits> x, std::span<const bf1
 // y[i] = sum_s a[s] x[s n + i]; and its input gradients dx[s n + i] = a[s] dy[i].
 std::vector<double> residual_mix(std::span<const bf16_bits> x, std::span<const float> a, int64_t n);
 std::vector<double> residual_mix_backward(std::span<const bf16_bits> dy, std::span<const float> a);
+// GQA head expansion: y[r, h, c] = x[r, h / group, c] over heads_kv * group heads; and its
+// adjoint dx[r, j, c] = sum_g dy[r, j * group + g, c].
+std::vector<double> repeat_kv_heads(std::span<const bf16_bits> x, int64_t rows, int64_t heads_kv, int group, int64_t d);
+std::vector<double> sum_kv_head_groups(std::span<const float> dy, int64_t rows, int64_t heads_kv, int group, int64_t d);
 
 }  // namespace moesim::cuda::ref

@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# Whole-process wall time and peak RSS of the commands a user runs first (issue 17's targets),
+# Whole-process wall time and peak RSS of the commands a user runs first (the speed targets of docs/performance.md),
 # median of N runs each, as /usr/bin/time -v reports them. Results go in docs/performance.md.
 #
 #   bench/cli_wall.sh [BINARY [N [what...]]]    BINARY default build/moesim, N default 5

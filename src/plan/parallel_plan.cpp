@@ -39,7 +39,8 @@ int64_t size_of(const MeshShape& s, MeshDim d) {
   return 1;
 }
 
-int64_t& coordinate(RankCoords& c, MeshDim d) {
+template <class Coords>  // RankCoords, const or not
+auto& coordinate(Coords& c, MeshDim d) {
   switch (d) {
     case MeshDim::tp: return c.tp;
     case MeshDim::cp: return c.cp;
@@ -63,10 +64,9 @@ RankCoords ParallelPlan::coords(int64_t rank) const {
 }
 
 int64_t ParallelPlan::rank_of(const RankCoords& c) const {
-  RankCoords copy = c;
   int64_t rank = 0;
   for (auto it = shape_.placement.rbegin(); it != shape_.placement.rend(); ++it) {
-    rank = rank * size_of(shape_, *it) + coordinate(copy, *it);
+    rank = rank * size_of(shape_, *it) + coordinate(c, *it);
   }
   return rank;
 }

@@ -386,7 +386,7 @@ TEST_CASE("DualPipe: every op runs, and each rank ends its passes when the sched
           static_cast<double>(std::count_if(actions.begin(), actions.end(), [](const Action& a) { return a.pass == Pass::weight; }));
       const double mm = static_cast<double>(m);
       const double w_chunk = w / weight_passes;
-      const double b_chunk = (b + w - mm * w_chunk) / mm + 0.0;  // input-gradient part of one backward
+      const double b_chunk = (b + w) / mm - w_chunk;  // input-gradient part of one backward
       const std::vector<double> expected = reference_schedule(p, m, f / mm, b_chunk, w_chunk);
       for (int64_t k = 0; k < p; ++k) {
         CAPTURE(k);

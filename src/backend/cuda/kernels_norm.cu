@@ -21,24 +21,25 @@ using detail::to_f;
 
 constexpr int kThreads = 256;
 
+// The sum of squares of the row elements one thread reads: V at a time from `first`, every
+// `stride` elements (the block-per-row and the lanes-per-row kernels differ only in these).
 template <int V>
-__global__ void rmsnorm_forward_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* __restrict__ y,
-                                       float* __restrict__ rstd, int64_t cols, float eps) {
-  __shared__ float shared[32];
-  const int64_t row = blockIdx.x;
-  const bf16* xr = x + row * cols;
+__device__ float row_sum_squares(const bf16* __restrict__ xr, int64_t first, int64_t stride, int64_t cols) {
   float ss = 0;
-  for (int64_t i = threadIdx.x * V; i < cols; i += blockDim.x * V) {
+  for (int64_t i = first; i < cols; i += stride) {
     float v[V];
     load<V>(xr + i, v);
 #pragma unroll
     for (int j = 0; j < V; ++j) ss += v[j] * v[j];
   }
-  ss = detail::block_sum(ss, shared);
-  const float r = rsqrtf(ss / static_cast<float>(cols) + eps);
-  if (threadIdx.x == 0) rstd[row] = r;
-  bf16* yr = y + row * cols;
-  for (int64_t i = threadIdx.x * V; i < cols; i += blockDim.x * V) {
+  return ss;
+}
+
+// y = x * rstd * w over the same elements.
+template <int V>
+__device__ void scale_row(const bf16* __restrict__ xr, const bf16* __restrict__ w, bf16* __restrict__ yr, float r,
+                          int64_t first, int64_t stride, int64_t cols) {
+  for (int64_t i = first; i < cols; i += stride) {
     float v[V], g[V];
     load<V>(xr + i, v);
     load<V>(w + i, g);
@@ -46,6 +47,19 @@ __global__ void rmsnorm_forward_kernel(const bf16* __restrict__ x, const bf16* _
     for (int j = 0; j < V; ++j) v[j] = v[j] * r * g[j];
     store<V>(yr + i, v);
   }
+}
+
+template <int V>
+__global__ void rmsnorm_forward_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* __restrict__ y,
+                                       float* __restrict__ rstd, int64_t cols, float eps) {
+  __shared__ float shared[32];
+  const int64_t row = blockIdx.x;
+  const bf16* xr = x + row * cols;
+  const int64_t first = threadIdx.x * V, stride = static_cast<int64_t>(blockDim.x) * V;
+  const float ss = detail::block_sum(row_sum_squares<V>(xr, first, stride, cols), shared);
+  const float r = rsqrtf(ss / static_cast<float>(cols) + eps);
+  if (threadIdx.x == 0) rstd[row] = r;
+  scale_row<V>(xr, w, y + row * cols, r, first, stride, cols);
 }
 
 template <int V>
@@ -98,26 +112,12 @@ __global__ void rmsnorm_forward_rows_kernel(const bf16* __restrict__ x, const bf
   const int lane = static_cast<int>(threadIdx.x % L);
   const bool valid = row < rows;  // every lane joins the shuffles
   const bf16* xr = x + (valid ? row : 0) * cols;
-  float ss = 0;
-  for (int64_t i = lane * V; valid && i < cols; i += L * V) {
-    float v[V];
-    load<V>(xr + i, v);
-#pragma unroll
-    for (int j = 0; j < V; ++j) ss += v[j] * v[j];
-  }
-  ss = group_sum<L>(ss);
+  const int64_t first = lane * V, stride = static_cast<int64_t>(L) * V;
+  const float ss = group_sum<L>(valid ? row_sum_squares<V>(xr, first, stride, cols) : 0.0f);
   if (!valid) return;
   const float r = rsqrtf(ss / static_cast<float>(cols) + eps);
   if (lane == 0) rstd[row] = r;
-  bf16* yr = y + row * cols;
-  for (int64_t i = lane * V; i < cols; i += L * V) {
-    float v[V], g[V];
-    load<V>(xr + i, v);
-    load<V>(w + i, g);
-#pragma unroll
-    for (int j = 0; j < V; ++j) v[j] = v[j] * r * g[j];
-    store<V>(yr + i, v);
-  }
+  scale_row<V>(xr, w, y + row * cols, r, first, stride, cols);
 }
 
 template <int L>

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device run for issue 14 item 1: cuDNN SDPA tests, then timings beside PyTorch's cuDNN SDPA.
+# Device run for dense attention through cuDNN: cuDNN SDPA tests, then timings beside PyTorch's cuDNN SDPA.
 cd "$(dirname "$0")"
 export NCCL_NVLS_ENABLE=0
 FINAL=${OUT:-/tmp/out}

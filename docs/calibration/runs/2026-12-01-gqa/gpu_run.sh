@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device run for issue 14 item 2 (one H200: the 2-GPU kind was not lent): the executor's GQA
+# Device run for GQA/MHA models in the executor (one H200: the 2-GPU kind was not lent): the executor's GQA
 # kernels' GPU tests, then `moesim validate` (text, then JSON) on the 1-GPU GQA calibration scenarios.
 cd "$(dirname "$0")"
 export NCCL_NVLS_ENABLE=0

@@ -64,6 +64,14 @@ VARIANTS = [
      [setp("/parallel/fsdp/offload", "optimizer")]),
     ("CPU offload of parameters", "`/parallel/fsdp/offload` parameters (FSDP2 CPUOffloadPolicy)",
      [setp("/parallel/fsdp/offload", "parameters")]),
+    ("local-first off", "`/overlap/moe_local_first` false", [setp("/overlap/moe_local_first", False)]),
+    ("dispatch in 2 chunks", "`/overlap/moe_dispatch_chunks` 2", [setp("/overlap/moe_dispatch_chunks", 2)]),
+    ("dispatch in 4 chunks", "`/overlap/moe_dispatch_chunks` 4", [setp("/overlap/moe_dispatch_chunks", 4)]),
+    ("dispatch in 8 chunks", "`/overlap/moe_dispatch_chunks` 8", [setp("/overlap/moe_dispatch_chunks", 8)]),
+    ("shared-expert overlap", "`/overlap/moe_shared_expert_overlap` true",
+     [setp("/overlap/moe_shared_expert_overlap", True)]),
+    ("shared-expert overlap, 4 chunks", "both of the above",
+     [setp("/overlap/moe_shared_expert_overlap", True), setp("/overlap/moe_dispatch_chunks", 4)]),
 ]
 
 
@@ -93,14 +101,15 @@ def main():
                                  check=True)
             rows.append((name, field, json.loads(out.stdout)))
     t0 = rows[0][2]["step_time_s"]
-    table = ["| variant | field changed | step time | vs default | MFU | peak HBM | peak DDR | exposed comm | fits |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    table = ["| variant | field changed | step time | vs default | MFU | peak HBM | peak DDR | exposed comm | exposed all-to-all | fits |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, field, r in rows:
         t = r["step_time_s"]
         vs = "-" if name == "default" else f"{100 * (t / t0 - 1):+.1f}%"
         comm = r["breakdown_s"]["exposed_comm"]
+        a2a = r["breakdown_s"]["exposed"].get("all_to_all", 0.0)
         table.append(f"| {name} | {field} | {t:.2f} s | {vs} | {100 * r['mfu']:.1f}% | {r['peak_hbm_bytes'] / 1e9:.1f} GB | "
-                     f"{r['peak_ddr_bytes'] / 1e9:.1f} GB | {comm:.2f} s | {'yes' if r['fits'] else 'no'} |")
+                     f"{r['peak_ddr_bytes'] / 1e9:.1f} GB | {comm:.2f} s | {a2a:.2f} s | {'yes' if r['fits'] else 'no'} |")
     if not (write or check):
         print("\n".join(table))
         return

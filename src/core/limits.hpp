@@ -30,6 +30,7 @@ inline constexpr int64_t kMaxTokensPerStep = int64_t{1} << 40;  // global batch 
 inline constexpr int64_t kMaxDevices = int64_t{1} << 20;     // devices, and each parallel degree
 inline constexpr int64_t kMaxVirtualStages = 1024;           // model chunks per pipeline stage
 inline constexpr int64_t kMaxMicroBatches = int64_t{1} << 16;  // micro-batches per step
+inline constexpr int64_t kMaxDispatchChunks = 64;           // expert all-to-all chunks per MoE layer
 // Layer passes one rank's program holds: micro-batches x layers per stage (the graph's size).
 inline constexpr int64_t kMaxLayerPasses = int64_t{1} << 20;
 inline constexpr int64_t kMaxSampledSteps = 1000;            // routing re-samples (as --steps)

@@ -47,12 +47,15 @@ struct Flow {
 // their backward (the same tokens travel).
 struct RoutingSample {
   std::vector<double> received_rows;  // per member: assignments its experts process
+  std::vector<double> kept_rows;      // per member: of those, the ones it routed itself
   double worst_wire_assignments = 0;  // the largest over members of max(sent, received) off the rank
 };
 
 // One simulated slot's MoE work in one layer and micro-batch (see Engine::Impl::load_of).
 struct SlotLoad {
   double rows = 0;              // assignments its experts process
+  double local_rows = 0;        // of those, the ones its rank routed itself (local-first's local part)
+  double remote_rows = 0;       // and the ones its peers sent
   double wire_assignments = 0;  // its EP group's busiest member's all-to-all traffic
 };
 
@@ -190,8 +193,10 @@ struct Engine::Impl {
     routing_->sample_group_loads(opt.step, layer, micro, gid, g.routed_tokens_per_micro_batch(), received, kept);
     const double sent = static_cast<double>(g.routed_tokens_per_micro_batch() * routing_->top_k());
     s.received_rows.resize(n);
+    s.kept_rows.resize(n);
     for (size_t i = 0; i < n; ++i) {
       s.received_rows[i] = static_cast<double>(received[i]);
+      s.kept_rows[i] = static_cast<double>(kept[i]);
       const double wire = std::max(sent, static_cast<double>(received[i])) - static_cast<double>(kept[i]);
       s.worst_wire_assignments = std::max(s.worst_wire_assignments, wire);
     }
@@ -208,7 +213,10 @@ struct Engine::Impl {
     SlotLoad& l = it->second;
     auto add = [&](int64_t rank) {
       const RoutingSample& s = group_routing(layer, micro, rank);
-      l.rows = std::max(l.rows, s.received_rows[static_cast<size_t>(g.plan.group_rank(rank, GroupKind::ep))]);
+      const auto me = static_cast<size_t>(g.plan.group_rank(rank, GroupKind::ep));
+      l.rows = std::max(l.rows, s.received_rows[me]);
+      l.local_rows = std::max(l.local_rows, s.kept_rows[me]);
+      l.remote_rows = std::max(l.remote_rows, s.received_rows[me] - s.kept_rows[me]);
       l.wire_assignments = std::max(l.wire_assignments, s.worst_wire_assignments);
     };
     if (distinct) {
@@ -219,11 +227,20 @@ struct Engine::Impl {
     return l;
   }
 
+  // A routed GEMM's sampled rows over the rows it was built with: its part (all, or under
+  // local-first the local or remote assignments) of the slot's load over that part's expected
+  // rows. A chunk of the dispatch was built with its share of the part, so the same ratio applies.
   double rows_scale(int32_t slot, const Op& op) {
     if (op.routing_layer < 0 || !routing_ || (op.kind != OpKind::grouped_gemm && op.kind != OpKind::lora_gemm)) return 1.0;
-    if (g.plan.group_size(GroupKind::ep) <= 1) return 1.0;
-    const double expected = static_cast<double>(g.routed_tokens_per_micro_batch() * routing_->top_k());
-    return load_of(op.routing_layer, op.micro, slot).rows / expected;
+    const int64_t ep = g.plan.group_size(GroupKind::ep);
+    if (ep <= 1) return 1.0;
+    const int64_t assignments = g.routed_tokens_per_micro_batch() * routing_->top_k();
+    const double expected = static_cast<double>(routed_part_rows(assignments, ep, op.routing_part));
+    const SlotLoad& l = load_of(op.routing_layer, op.micro, slot);
+    const double rows = op.routing_part == RoutingPart::all ? l.rows
+                        : op.routing_part == RoutingPart::local ? l.local_rows
+                                                                 : l.remote_rows;
+    return expected > 0 ? rows / expected : 1.0;
   }
 
   void finish_op(int32_t slot, uint32_t op_index, Picoseconds t) {

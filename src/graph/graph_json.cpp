@@ -112,6 +112,7 @@ void write_op(Writer& w, const Program& p, const Op& op) {
   w.key("layer", first).number(int64_t{op.layer});
   w.key("micro", first).number(int64_t{op.micro});
   if (op.routing_layer != d.routing_layer) w.key("routing_layer", first).number(int64_t{op.routing_layer});
+  if (op.routing_part != d.routing_part) w.key("routing_part", first).name(op.routing_part);
   if (op.trainable_weight != d.trainable_weight) w.key("trainable", first).raw(op.trainable_weight ? "true" : "false");
   auto amount = [&](std::string_view key, double v) {
     if (v != 0) w.key(key, first).number(v, key);
@@ -432,6 +433,7 @@ void read_op(const Reader& r, const json& node, const Where& where, Program& p) 
   op.layer = static_cast<int32_t>(r.integer(o.need("layer"), where.at("layer"), 0, i32_max));
   op.micro = static_cast<int32_t>(r.integer(o.need("micro"), where.at("micro"), -1, i32_max));
   optional_int("routing_layer", op.routing_layer, -1, i32_max);
+  if (const json* j = o.find("routing_part")) op.routing_part = r.name<RoutingPart>(*j, where.at("routing_part"));
   if (const json* j = o.find("trainable")) op.trainable_weight = r.boolean(*j, where.at("trainable"));
   optional_amount("flops", op.flops);
   optional_amount("bytes_read", op.bytes_read);
@@ -477,7 +479,7 @@ void read_op(const Reader& r, const json& node, const Where& where, Program& p) 
     op.num_deps = static_cast<uint32_t>(j->size());
   }
   o.finish({"kind", "name", "phase", "stream", "dtype", "group", "peer", "layer", "micro", "routing_layer",
-            "trainable", "flops", "bytes_read", "bytes_written", "comm_bytes", "m", "n", "k", "num_groups", "in",
+            "routing_part", "trainable", "flops", "bytes_read", "bytes_written", "comm_bytes", "m", "n", "k", "num_groups", "in",
             "out", "effects", "deps"});
   p.ops.push_back(op);
 }

@@ -2,7 +2,9 @@
 #include "graph/layer_ops.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "graph/attention_ops.hpp"
 #include "graph/tape_builder.hpp"
@@ -15,21 +17,62 @@ bool LayerContext::lora_on(LoraTarget t) const {
 
 namespace {
 
-// A gated (or plain) FFN on width w of `rows` tokens, TP-split on its intermediate dimension.
-int ffn(TapeBuilder& b, const std::string& name, int x, int64_t rows, int64_t w, int64_t f, LoraTarget lora,
-        std::optional<SwapTarget> up_swap) {
+// A gated (or plain) FFN on width w of `rows` tokens, TP-split on its intermediate dimension: the
+// up-projection and activation, then the down-projection (apart, so that the shared experts can
+// straddle the expert all-to-all).
+int ffn_up(TapeBuilder& b, const std::string& name, int x, int64_t rows, int64_t w, int64_t f, LoraTarget lora,
+           std::optional<SwapTarget> up_swap) {
   const auto& c = b.ctx();
   const bool gated = is_gated(c.model->activation);
   const int64_t fl = f / c.tp;
   const int up = b.gemm(name + ".up_proj", x, rows, w, (gated ? 2 : 1) * fl, lora, up_swap);
-  const int a = b.pointwise(OpKind::activation, name + ".act", {up}, rows, fl, gated ? 4.0 : 8.0, {up}, c.act);
-  return b.gemm(name + ".down_proj", a, rows, fl, w, lora);
+  return b.pointwise(OpKind::activation, name + ".act", {up}, rows, fl, gated ? 4.0 : 8.0, {up}, c.act);
 }
+int ffn_down(TapeBuilder& b, const std::string& name, int a, int64_t rows, int64_t w, int64_t f, LoraTarget lora) {
+  return b.gemm(name + ".down_proj", a, rows, f / b.ctx().tp, w, lora);
+}
+int ffn(TapeBuilder& b, const std::string& name, int x, int64_t rows, int64_t w, int64_t f, LoraTarget lora,
+        std::optional<SwapTarget> up_swap) {
+  return ffn_down(b, name, ffn_up(b, name, x, rows, w, f, lora, up_swap), rows, w, f, lora);
+}
+
+// `total` rows split into `parts` near-equal pieces: the i-th one's size.
+int64_t piece(int64_t total, int64_t parts, int64_t i) { return total / parts + (i < total % parts ? 1 : 0); }
+
+// The shared experts, which see every token: entered and left as a TP region of their own when the
+// routed experts are folded.
+struct SharedExperts {
+  std::string name = "moe.shared_experts";
+  int64_t f = 0;  // all shared experts' intermediate width together
+  int up(TapeBuilder& b, int x, int x_in, bool folded) const {
+    const auto& c = b.ctx();
+    const int xs = folded ? b.enter_tp(name, x_in) : x;
+    return ffn_up(b, name, xs, c.tokens, c.model->hidden_size, f, LoraTarget::shared_experts,
+                  SwapTarget::shared_expert_up);
+  }
+  int down(TapeBuilder& b, int a, bool folded) const {
+    const auto& c = b.ctx();
+    const int y = ffn_down(b, name, a, c.tokens, c.model->hidden_size, f, LoraTarget::shared_experts);
+    return folded ? b.exit_tp(name, y) : y;
+  }
+};
 
 // The MoE FFN: router, shared experts and routed experts. Unfolded, the whole block is one TP
 // region (tokens gathered, experts TP-split like the dense layers). Folded (ETP < TP), the shared
 // experts keep the dense TP region while the router and routed experts work on the expert-TP
 // group's tokens, and EP spans the remaining TP ranks (Megatron-Core's MoE parallel folding).
+//
+// How the expert all-to-all hides under compute (docs/modelling.md#expert-dispatch-overlap) is a
+// matter of op order on the compute queue, since each queue runs in program order and the
+// all-to-all has a queue of its own; the backward runs the tape in reverse:
+//   - moe_dispatch_chunks N: N dispatches are issued at once; chunk i's experts run while chunk
+//     i+1's tokens travel, and chunk i's combine while chunk i+1 computes.
+//   - moe_local_first: the assignments that stay on the rank skip the all-to-all. Their up-
+//     projection and activation run while the dispatch travels, their down-projection while the
+//     combine does (in the backward: the combine's adjoint under the local down-projection, the
+//     dispatch's under the local up-projection).
+//   - moe_shared_expert_overlap: the shared experts' up-projection after the dispatch is issued,
+//     their down-projection after the combine.
 int moe_block(TapeBuilder& b, int x_in, int64_t layer) {
   const auto& c = b.ctx();
   const auto& m = *c.model->moe;
@@ -61,25 +104,27 @@ int moe_block(TapeBuilder& b, int x_in, int64_t layer) {
     r.wgrad_flops = r.op.flops;
     b.add(r);
   }
-  // Shared experts see every token.
-  int shared = -1;
+  std::optional<SharedExperts> shared;
   if (m.num_shared_experts > 0) {
     const int64_t fs = m.shared_intermediate_size > 0 ? m.shared_intermediate_size : m.expert_intermediate_size;
-    const std::string name = "moe.shared_experts";
-    const int xs = folded ? b.enter_tp(name, x_in) : x;
-    shared = ffn(b, name, xs, c.tokens, d, m.num_shared_experts * fs, LoraTarget::shared_experts,
-                 SwapTarget::shared_expert_up);
-    if (folded) shared = b.exit_tp(name, shared);
+    shared = SharedExperts{.f = m.num_shared_experts * fs};
   }
+  const bool shared_overlap = shared && c.shared_expert_overlap;
+  int shared_out = -1, shared_act = -1;
+  if (shared && !shared_overlap) shared_out = shared->down(b, shared->up(b, x, x_in, folded), folded);
   int xl = x;
   if (m.latent_size > 0) {
     xl = b.gemm("moe.latent_down_proj", x, t, d, m.latent_size, LoraTarget::latent_proj, SwapTarget::latent_down);
     xl = b.norm("moe.latent_norm", xl, t, m.latent_size);
   }
   const int64_t assignments = t * m.top_k;  // expected rows sent and received under any routing
-  int dispatched_in = xl;
+  const bool local_first = c.local_first && c.ep > 1;
+  const int64_t local_rows = local_first ? routed_part_rows(assignments, c.ep, RoutingPart::local) : 0;
+  const int64_t remote_rows = assignments - local_rows;
+  const int64_t chunks = std::clamp<int64_t>(c.dispatch_chunks, 1, std::max<int64_t>(remote_rows, 1));
+  // The permuted rows: one buffer, or under local-first the rank's own rows apart from those it sends.
+  int to_send = xl, to_keep = xl;
   if (!c.fused.permute_gemm) {
-    const int perm = b.act_tensor(assignments, w, "moe.permuted");
     TapeOp p;
     p.op.kind = OpKind::permute;
     p.op.dtype = c.act;
@@ -88,25 +133,66 @@ int moe_block(TapeBuilder& b, int x_in, int64_t layer) {
     p.op.bytes_written = bytes_of(assignments * w, c.act);
     p.name = "moe.permute";
     p.inputs = {xl, indices};
-    p.outputs = {perm};
+    to_send = b.act_tensor(remote_rows, w, "moe.permuted");
+    p.outputs = {to_send};
+    if (local_first) {
+      to_keep = b.act_tensor(local_rows, w, "moe.permuted_local");
+      p.outputs.push_back(to_keep);
+    }
     p.bwd_needs = {indices};
     p.bwd_kind = OpKind::unpermute;
     p.cheap = true;
     b.add(p);
-    dispatched_in = perm;
   }
-  const double a2a = bytes_of(assignments * w, c.act);
-  const int received = b.communicate(OpKind::all_to_all, GroupKind::ep, "moe.dispatch", dispatched_in,
-                                     matrix_desc(assignments, w, c.act), a2a, rl);
+  auto chunk_name = [&](const std::string& base, int64_t i) {
+    return chunks == 1 ? base : base + ".chunk" + std::to_string(i);
+  };
+  const std::string up_name = c.fused.permute_gemm ? "permute_up_proj" : "up_proj";
   const int64_t f = m.expert_intermediate_size / c.etp;
   const bool gated = is_gated(c.model->activation);
-  const int up = b.grouped_gemm(c.fused.permute_gemm ? "moe.experts.permute_up_proj" : "moe.experts.up_proj", received,
-                                assignments, w, (gated ? 2 : 1) * f, rl, SwapTarget::expert_gmm_up);
-  const int act = b.pointwise(OpKind::activation, "moe.experts.act", {up}, assignments, f, gated ? 4.0 : 8.0, {up},
-                              c.act);
-  const int down = b.grouped_gemm("moe.experts.down_proj", act, assignments, f, w, rl, SwapTarget::expert_gmm_down);
-  const int back = b.communicate(OpKind::all_to_all, GroupKind::ep, "moe.combine", down, matrix_desc(assignments, w, c.act),
-                                 a2a, rl);
+  // One part's expert FFN on `rows` rows of `in`: up-projection and activation, then down.
+  auto experts_up = [&](const std::string& prefix, int in, int64_t rows, RoutingPart part) {
+    const int up = b.grouped_gemm(prefix + up_name, in, rows, w, (gated ? 2 : 1) * f, rl, SwapTarget::expert_gmm_up,
+                                  part);
+    return b.pointwise(OpKind::activation, prefix + "act", {up}, rows, f, gated ? 4.0 : 8.0, {up}, c.act);
+  };
+  auto experts_down = [&](const std::string& prefix, int a, int64_t rows, RoutingPart part) {
+    return b.grouped_gemm(prefix + "down_proj", a, rows, f, w, rl, SwapTarget::expert_gmm_down, part);
+  };
+  // Ops on different queues are written in the order a host would issue them - each chunk's
+  // dispatch just before the GEMMs that wait for it, the combines after the compute they overlap -
+  // because the memory ledger lets an op reuse only memory released by ops issued before it: an
+  // order that disagreed with time would leave holes in the slab. The compute and EP queues' own
+  // orders do not depend on it; the copy queue's swap-outs follow it.
+  if (shared_overlap) shared_act = shared->up(b, x, x_in, folded);
+  const RoutingPart remote_part = local_first ? RoutingPart::remote : RoutingPart::all;
+  std::vector<int> local_act, remote_down;
+  for (int64_t i = 0; i < chunks; ++i) {
+    const std::string chunk = chunks == 1 ? "" : "chunk" + std::to_string(i) + ".";
+    if (local_first) {
+      local_act.push_back(experts_up("moe.experts.local." + chunk, to_keep, piece(local_rows, chunks, i), RoutingPart::local));
+    }
+    // comm_bytes: the chunk's send buffer as nccl-tests sizes it (the rank's own block included);
+    // the engine sizes the wire traffic from the routing draw.
+    const int64_t rows = piece(remote_rows, chunks, i);
+    const int received = b.communicate(OpKind::all_to_all, GroupKind::ep, chunk_name("moe.dispatch", i), to_send,
+                                       matrix_desc(rows, w, c.act), bytes_of(piece(assignments, chunks, i) * w, c.act), rl);
+    const int act = experts_up("moe.experts." + chunk, received, rows, remote_part);
+    remote_down.push_back(experts_down("moe.experts." + chunk, act, rows, remote_part));
+  }
+  std::vector<int> combined_parts;
+  for (int64_t i = 0; i < chunks && local_first; ++i) {
+    const std::string chunk = chunks == 1 ? "" : "chunk" + std::to_string(i) + ".";
+    combined_parts.push_back(experts_down("moe.experts.local." + chunk, local_act[static_cast<size_t>(i)],
+                                          piece(local_rows, chunks, i), RoutingPart::local));
+  }
+  if (shared_overlap) shared_out = shared->down(b, shared_act, folded);
+  for (int64_t i = 0; i < chunks; ++i) {
+    combined_parts.push_back(b.communicate(OpKind::all_to_all, GroupKind::ep, chunk_name("moe.combine", i),
+                                           remote_down[static_cast<size_t>(i)],
+                                           matrix_desc(piece(remote_rows, chunks, i), w, c.act),
+                                           bytes_of(piece(assignments, chunks, i) * w, c.act), rl));
+  }
   const int combined = b.act_tensor(t, w, "moe.unpermuted");
   {
     TapeOp u;  // weighted sum of each token's top_k expert outputs
@@ -117,9 +203,11 @@ int moe_block(TapeBuilder& b, int x_in, int64_t layer) {
     u.op.bytes_read = bytes_of(assignments * w, c.act);
     u.op.bytes_written = bytes_of(t * w, c.act);
     u.name = "moe.unpermute";
-    u.inputs = {back, weights, indices};
+    u.inputs = combined_parts;
+    u.inputs.push_back(weights);
+    u.inputs.push_back(indices);
     u.outputs = {combined};
-    u.bwd_needs = {back, weights, indices};
+    u.bwd_needs = u.inputs;
     u.bwd_kind = OpKind::permute;
     b.add(u);
   }
@@ -128,8 +216,9 @@ int moe_block(TapeBuilder& b, int x_in, int64_t layer) {
     y = b.gemm("moe.latent_up_proj", combined, t, m.latent_size, d, LoraTarget::latent_proj);
   }
   if (folded) y = b.exit_tp("moe.experts", y, b.expert_tp());
-  if (shared >= 0) {
-    y = b.pointwise(OpKind::elementwise, "moe.add_shared", {y, shared}, folded ? c.sp_tokens() : t, d, 1.0, {}, c.act);
+  if (shared_out >= 0) {
+    y = b.pointwise(OpKind::elementwise, "moe.add_shared", {y, shared_out}, folded ? c.sp_tokens() : t, d, 1.0, {},
+                    c.act);
   }
   return folded ? y : b.exit_tp("ffn", y);
 }

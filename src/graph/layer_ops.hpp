@@ -35,6 +35,9 @@ struct LayerContext {
   std::vector<LoraTarget> lora_targets;
   int64_t lora_rank = 0;
   FusedOpsSpec fused;
+  bool local_first = false;           // overlap.moe_local_first
+  bool shared_expert_overlap = false;  // overlap.moe_shared_expert_overlap
+  int64_t dispatch_chunks = 1;         // overlap.moe_dispatch_chunks
   double attention_dropout = 0;  // costs only in the materialised attention core
 
   int64_t sp_tokens() const { return sequence_parallel && tp > 1 ? tokens / tp : tokens; }

@@ -69,6 +69,18 @@ enum class OpKind : uint8_t {
 inline constexpr int kNumOpKinds = 37;
 
 enum class Phase : uint8_t { fwd, bwd, recompute, optimizer };
+// Which of a routed op's rows it processes: all of them, or under local-first dispatch
+// (overlap.moe_local_first) the assignments that stay on the rank or those that arrive from peers.
+enum class RoutingPart : uint8_t { all, local, remote };
+
+// The expected rows of `part` out of a micro-batch's `assignments` (tokens x top_k) over an EP
+// group of `ep`: the local part is the rank's own 1/ep share (rounded down), the remote part the
+// rest. The graph builds routed ops at these sizes; the engine rescales them by the sampled rows.
+constexpr int64_t routed_part_rows(int64_t assignments, int64_t ep, RoutingPart part) {
+  const int64_t local = assignments / (ep > 0 ? ep : 1);
+  return part == RoutingPart::all ? assignments : part == RoutingPart::local ? local : assignments - local;
+}
+
 enum class Stream : uint8_t { compute, comm, copy };
 
 constexpr bool is_collective(OpKind k) {
@@ -170,6 +182,7 @@ struct Op {
   int32_t layer = 0;                // 1-based model layer; 0 embedding, num_layers + 1 head and loss
   int32_t micro = -1;               // micro-batch, -1 for per-step ops
   int32_t routing_layer = -1;       // MoE layer whose routing sets this op's sizes, -1 if none
+  RoutingPart routing_part = RoutingPart::all;  // routed ops: the rows it takes of the layer's
   uint32_t name = 0;                // index into Program::names
   double flops = 0;
   double bytes_read = 0;            // HBM traffic
@@ -233,6 +246,11 @@ template <>
 struct EnumNames<Phase> {
   static constexpr std::array<std::pair<std::string_view, Phase>, 4> names{{
       {"fwd", Phase::fwd}, {"bwd", Phase::bwd}, {"recompute", Phase::recompute}, {"optimizer", Phase::optimizer}}};
+};
+template <>
+struct EnumNames<RoutingPart> {
+  static constexpr std::array<std::pair<std::string_view, RoutingPart>, 3> names{{
+      {"all", RoutingPart::all}, {"local", RoutingPart::local}, {"remote", RoutingPart::remote}}};
 };
 template <>
 struct EnumNames<Stream> {

@@ -132,6 +132,9 @@ class StepBuilder {
       c_.lora_rank = spec_.training.lora->rank;
     }
     c_.fused = spec_.fused_ops;
+    c_.local_first = spec_.overlap.moe_local_first;
+    c_.shared_expert_overlap = spec_.overlap.moe_shared_expert_overlap;
+    c_.dispatch_chunks = spec_.overlap.moe_dispatch_chunks;
     c_.attention_dropout = spec_.training.attention_dropout;
     num_micro_ = spec_.batch.global_batch_size / (spec_.batch.micro_batch_size * p.dp());
     zero_stage_ = p.fsdp.zero_stage;

@@ -35,12 +35,13 @@ class TapeBuilder {
     return linear(OpKind::gemm, name, x, rows, in, out, 0, -1, adapter, swap);
   }
 
-  // Grouped GEMM over this rank's experts: x (rows x in) -> (rows x out), rows set by routing.
+  // Grouped GEMM over this rank's experts: x (rows x in) -> (rows x out), rows set by routing
+  // (`part` of them under local-first dispatch).
   int grouped_gemm(const std::string& name, int x, int64_t rows, int64_t in, int64_t out, int32_t routing_layer,
-                   std::optional<SwapTarget> swap) {
+                   std::optional<SwapTarget> swap, RoutingPart part = RoutingPart::all) {
     const bool adapter = c_.lora_on(LoraTarget::routed_experts) && !c_.train_base;
     return linear(OpKind::grouped_gemm, name, x, rows, in, out, static_cast<int32_t>(c_.experts_per_rank),
-                  routing_layer, adapter, swap);
+                  routing_layer, adapter, swap, part);
   }
 
   // An elementwise-like op (norm, activation, add): cheap, recomputed under selective recompute.
@@ -160,11 +161,13 @@ class TapeBuilder {
   // A base matmul (trainable when the base is trained) and, on request, its LoRA adapter:
   // a = x A (rows x r), y = base + (alpha / r) a B, both adapter matrices trainable.
   int linear(OpKind kind, const std::string& name, int x, int64_t rows, int64_t in, int64_t out, int32_t num_groups,
-             int32_t routing_layer, bool adapter, std::optional<SwapTarget> swap) {
+             int32_t routing_layer, bool adapter, std::optional<SwapTarget> swap,
+             RoutingPart part = RoutingPart::all) {
     const int64_t matrices = std::max<int32_t>(num_groups, 1);
     auto tag = [&](TapeOp op) {
       op.op.num_groups = num_groups;
       op.op.routing_layer = routing_layer;
+      op.op.routing_part = part;
       return op;
     };
     const int y = act_tensor(rows, out, adapter ? name + ".base_out" : name + ".out");

@@ -104,9 +104,6 @@ std::vector<std::string> not_modelled(const Scenario& s) {
   if (s.model.vision) {
     out.push_back("the vision encoder: the step is text only, without its ops or its weights in memory");
   }
-  if (s.model.moe && s.spec.parallel.ep > 1 && s.spec.overlap.moe_local_first) {
-    out.push_back("overlap.moe_local_first: experts wait for the whole dispatch all-to-all");
-  }
   return out;
 }
 

@@ -188,9 +188,20 @@ void declare_fields(F& f, RoutingSpec& s) {
 template <class F>
 void declare_fields(F& f, OverlapSpec& s) {
   f.optional("comm_compute", s.comm_compute, true, "Run collectives on their own stream, overlapping compute.");
-  f.optional("moe_local_first", s.moe_local_first, true,
-             "Experts start on tokens already local while the dispatch all-to-all is in flight. Not modelled yet: "
-             "the op graph does not split the expert GEMMs, so this switch changes nothing today.");
+  f.optional("moe_local_first", s.moe_local_first, false,
+             "Experts start on the assignments that stay on the rank while the dispatch all-to-all carries the rest: "
+             "the grouped GEMMs split into a local and a remote part, the local up-projection covering the dispatch "
+             "and the local down-projection the combine (the seeds' asynchronous all-to-all). Needs ep > 1 to "
+             "change anything.");
+  f.optional("moe_shared_expert_overlap", s.moe_shared_expert_overlap, false,
+             "Shared experts run while the routed tokens travel: their up-projection after the dispatch is issued, "
+             "their down-projection after the combine (Megatron-Core's moe_shared_expert_overlap). false: they run "
+             "before the dispatch.");
+  f.optional("moe_dispatch_chunks", s.moe_dispatch_chunks, int64_t{1},
+             "Split each micro-batch's routed assignments into this many chunks, each dispatched, computed and "
+             "combined on its own, so that the experts' GEMMs on one chunk overlap the all-to-all of the next "
+             "(Tutel/Comet-style pipelining). 1: one dispatch and one combine per layer.",
+             positive(limits::kMaxDispatchChunks));
 }
 
 template <class F>

@@ -215,9 +215,12 @@ struct RoutingSpec {
   int64_t groups_per_token = 0;
 };
 
+// How an MoE layer hides its expert all-to-all (docs/modelling.md#expert-dispatch-overlap).
 struct OverlapSpec {
-  bool comm_compute = true;        // collectives on their own stream, overlapping compute
-  bool moe_local_first = true;     // experts start on local tokens while dispatch is in flight
+  bool comm_compute = true;              // collectives on their own stream, overlapping compute
+  bool moe_local_first = false;          // experts compute the rank's own tokens while the remote ones travel
+  bool moe_shared_expert_overlap = false;  // shared experts computed while dispatch and combine travel
+  int64_t moe_dispatch_chunks = 1;       // dispatch, experts and combine pipelined over this many chunks
 };
 
 // What the software stack holds besides the model's tensors (assumptions, to be calibrated).

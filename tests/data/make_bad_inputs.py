@@ -239,6 +239,8 @@ write("sequence-2p40", mutate(scenario, setp("/batch/sequence_length", 2**40)), 
 write("straggler-1e308", mutate(scenario, setp("/stragglers", [{"ranks": [3], "slowdown": 1e308}])), "scenario", "/stragglers/0/slowdown", "must be in [1, 1000], got 1e+308")
 write("straggler-product", mutate(scenario, setp("/stragglers", [{"ranks": [3], "slowdown": 100}, {"ranks": [3], "slowdown": 100}])), "scenario", "/stragglers/1/slowdown", "rank 3's slowdowns multiply beyond 1000")
 write("skew-absurd", mutate(scenario, lambda d: d["routing"].update(distribution="skewed", skew=1e9)), "scenario", "/routing/skew", "must be in [0, 100], got 1000000000")
+write("dispatch-chunks-0", mutate(scenario, lambda d: d["overlap"].update(moe_dispatch_chunks=0)), "scenario", "/overlap/moe_dispatch_chunks", "must be positive, got 0")
+write("dispatch-chunks-absurd", mutate(scenario, lambda d: d["overlap"].update(moe_dispatch_chunks=10**6)), "scenario", "/overlap/moe_dispatch_chunks", "must be in (0, 64], got 1000000")
 write("runtime-absurd", mutate(scenario, setp("/memory", {"runtime_reserved": "1e9 TB"})), "scenario", "/memory/runtime_reserved", "must be in [0, 1e+15]")
 write("lora-rank-absurd", mutate(scenario, setp("/training/lora/rank", 2**40)), "scenario", "/training/lora/rank", "must be in (0, 1048576]")
 

@@ -562,6 +562,12 @@ ExecResult execute(const Scenario& sc, const StepGraph& g, const ExecOptions& op
     // communicators join each stage with its neighbours in one direction only.
     throw InputError(sc.file, "/parallel/pp/schedule", "dualpipe is simulated, not executed, by this version");
   }
+  if (sc.spec.parallel.ep > 1 && (sc.spec.overlap.moe_local_first || sc.spec.overlap.moe_dispatch_chunks > 1)) {
+    // Their expert GEMMs take a part of each expert's rows; the executor's routing plan gives
+    // every routed op the whole of them.
+    throw InputError(sc.file, sc.spec.overlap.moe_local_first ? "/overlap/moe_local_first" : "/overlap/moe_dispatch_chunks",
+                     "local-first and chunked expert dispatch are simulated, not executed, by this version");
+  }
   if (opt.measured_steps < 1 || opt.warmup_steps < 1) {
     throw BackendError("execute: warmup_steps and measured_steps must be >= 1 (the slab is placed on a warm-up step's times)");
   }

@@ -1,19 +1,41 @@
 // SPDX-License-Identifier: MIT
-// `moesim calibrate [--out FILE] [--quick]` (built with CUDA only): runs the backend's
-// micro-benchmarks on the local GPUs and writes a calibration file (docs/calibration/format.md).
+// `moesim calibrate [--devices N] [--only FAMILIES] [--scenario S] [--out FILE] [--quick]`: runs
+// the backend's micro-benchmarks on the local GPUs and writes a calibration file
+// (docs/calibration/format.md). The options are read and checked in every build
+// (check_calibrate_command, no GPU needed); the benchmarks run only in CUDA builds, from the GPU
+// module (gpu_commands.hpp).
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace moesim {
+
+// What `--only` may name: each is one part of the calibration file (docs/calibration/format.md).
+//   gemm         kernels.gemm, kernels.grouped_gemm: dense and expert GEMMs
+//   memory       kernels.memory, other_kernels: memory-bound kernels (norms, elementwise, AdamW)
+//   attention    attention: the attention op kinds of a step graph through the executor's launches
+//   collectives  collectives: NCCL all-reduce, all-gather, reduce-scatter, all-to-all over sizes
+//   copies       host_copy: pinned host <-> device copies
+inline const std::vector<std::string> kCalibrationFamilies{"gemm", "memory", "attention", "collectives", "copies"};
 
 struct CalibrateCommand {
   std::string out;      // empty: the JSON goes to stdout and the summary to stderr
   bool quick = false;
+  int64_t num_devices = 0;            // GPUs to use, the first N visible (0: all visible)
+  std::vector<std::string> only;      // families to measure, each of kCalibrationFamilies (empty: all)
+  std::string attention_scenario;     // scenario whose attention ops are timed (empty: the K3 slice)
   std::string command;  // the command line, recorded as provenance
 };
 
-// Returns the text to print on stdout.
+// Reads `--only` ("gemm,collectives") into c.only and `--devices` (absent: all GPUs) into
+// c.num_devices, and checks every option that needs no GPU: --devices from 1 to 4096, every
+// family known, the scenario readable. Throws InputError naming the flag.
+void check_calibrate_command(CalibrateCommand& c, const std::string& only_text, std::optional<int64_t> devices);
+
+// Returns the text to print on stdout (CUDA builds: the GPU module).
 std::string run_calibrate_command(const CalibrateCommand& c);
 
 }  // namespace moesim

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -11,7 +12,9 @@
 #include <chrono>
 #include <filesystem>
 
+#include "app/calibrate_command.hpp"
 #include "app/graph_commands.hpp"
+#include "app/hardware_flag.hpp"
 #include "app/input_info.hpp"
 #include "core/output_file.hpp"
 #include "graph/graph_checks.hpp"
@@ -20,6 +23,8 @@
 #include "report/trace.hpp"
 #include "app/model_info.hpp"
 #include "app/plan_command.hpp"
+#include "app/run_command.hpp"
+#include "app/slice_command.hpp"
 #include "app/fusion_command.hpp"
 #include "app/sweep_command.hpp"
 #include "app/trace_commands.hpp"
@@ -50,6 +55,7 @@ struct Options {
   bool distinct_ranks = false;
   std::string graph_file;
   bool markdown = false;
+  std::string hardware_override;  // --hardware
 };
 
 void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
@@ -130,6 +136,8 @@ int main(int argc, char** argv) {
   auto* simulate = app.add_subcommand("simulate", "Simulate a training step: time, memory, breakdown");
   simulate->add_option("SCENARIO", opt.scenario, "Scenario file or shipped name (default: the embedded default)");
   simulate->add_flag("--json", opt.json, "JSON output");
+  simulate->add_option("--hardware", opt.hardware_override,
+                       "Hardware file or shipped name to run the scenario on, in place of the one it names");
   simulate->add_option("--trace", opt.trace, "Write a Chrome/Perfetto trace of the first sampled step");
   simulate->add_option("--trace-ranks", opt.trace_ranks, "Ranks in the trace")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   simulate->add_option("--memory-csv", opt.memory_csv, "Write rank 0's memory over time (first sampled step)");
@@ -160,6 +168,7 @@ int main(int argc, char** argv) {
   auto* sc_info = sc_cmd->add_subcommand("info", "Read and check a scenario with its model and hardware; summarise the plan");
   sc_info->add_option("SCENARIO", opt.scenario, "Scenario file, or a shipped scenario name (default: the embedded default)");
   sc_info->add_flag("--json", opt.json, "JSON output");
+  sc_info->add_option("--hardware", opt.hardware_override, "Hardware file or shipped name, in place of the scenario's");
 
   auto* graph_cmd = app.add_subcommand("graph", "The op graph of a training step")->require_subcommand(1);
   auto* graph_stats = graph_cmd->add_subcommand("stats", "Ops, FLOPs and bytes of one step over all ranks");
@@ -184,6 +193,8 @@ int main(int argc, char** argv) {
   const PlanCommands plan = add_plan_command(app, plan_opt);
   FusionCliOptions fusion_opt;
   auto* fusion = add_fusion_command(app, fusion_opt);
+  SliceCliOptions slice_opt;
+  auto* slice = add_slice_command(app, slice_opt);
 
   // calibrate and validate: from a PyTorch profiler trace in every build (trace_commands.hpp), on
   // the local GPUs in CUDA builds (gpu_commands.hpp, loaded only then).
@@ -203,6 +214,17 @@ int main(int argc, char** argv) {
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   calibrate->add_option("--out", calibrate_out, "Calibration file to write (default: JSON on stdout)");
+  CalibrateCommand calibrate_opt;
+  calibrate_opt.command = trace_opt.command;
+  std::string calibrate_only;
+  std::optional<int64_t> calibrate_devices;
+  calibrate->add_flag("--quick", calibrate_opt.quick, "A coarse grid and few repeats (a smoke test; GPU calibration)");
+  calibrate->add_option("--devices", calibrate_devices,
+                        "GPU calibration: use the first N visible GPUs; collectives over 2, 4, ... and N of them "
+                        "(default: all)");
+  calibrate->add_option("--only", calibrate_only,
+                        "GPU calibration: measure only these parts, comma-separated: gemm, memory, attention, "
+                        "collectives, copies (default: all)");
   auto* validate = app.add_subcommand(
       "validate", "Compare the simulator with a PyTorch profiler trace (--from-trace), or run a scenario on the GPUs "
                   "and in the simulator (CUDA builds); print the errors");
@@ -215,15 +237,17 @@ int main(int argc, char** argv) {
   validate->add_option("--calibration", trace_opt.calibration,
                        "With --from-trace: a calibration file to predict with instead of the one the hardware file names");
   validate->add_flag("--json", trace_opt.json, "JSON output");
-#ifdef MOESIM_GPU_MODULE
-  CalibrateCommand calibrate_opt;
-  calibrate->add_flag("--quick", calibrate_opt.quick, "A coarse grid and few repeats (a smoke test; GPU calibration)");
-  calibrate_opt.command = trace_opt.command;
+  for (auto* sub : {calibrate, validate}) {
+    sub->add_option("--hardware", trace_opt.hardware,
+                    "Hardware file or shipped name to predict with, in place of the one the scenario names");
+  }
   RunCommand run_opt;
+  validate->add_option("SCENARIO", run_opt.scenario,
+                       "Scenario file or shipped name (GPU validation; with --from-trace, as --scenario)");
+#ifdef MOESIM_GPU_MODULE
   auto* run = app.add_subcommand("run", "Execute a scenario's training step on the local GPUs (one GPU per rank)");
   run->add_option("SCENARIO", run_opt.scenario, "Scenario file or shipped name")->required();
   run->add_flag("--json", run_opt.json, "JSON output");
-  validate->add_option("SCENARIO", run_opt.scenario, "Scenario file or shipped name (GPU validation)");
   for (auto* sub : {run, validate}) {
     sub->add_option("--trace", run_opt.trace, "Write a Chrome/Perfetto trace of the measured step (the simulator's format)");
     sub->add_option("--steps", run_opt.steps, "Measured steps after two warm-up steps (the median is reported)")
@@ -246,24 +270,35 @@ int main(int argc, char** argv) {
   try {
     if (calibrate->parsed() || validate->parsed()) {
       if (!trace_opt.traces.empty()) {
-#ifdef MOESIM_GPU_MODULE
         if (trace_opt.scenarios.empty() && !run_opt.scenario.empty()) trace_opt.scenarios.push_back(run_opt.scenario);
-#endif
         if (trace_opt.scenarios.empty()) throw InputError("--scenario", "", "is required with --from-trace");
+        if (!calibrate_only.empty() || calibrate_devices || calibrate_opt.quick) {
+          throw InputError(!calibrate_only.empty() ? "--only" : calibrate_devices ? "--devices" : "--quick", "",
+                           "is for calibrating on the GPUs, not from a trace");
+        }
         trace_opt.out = calibrate_out;
         print(calibrate->parsed() ? run_calibrate_from_trace(trace_opt) : run_validate_from_trace(trace_opt));
         return 0;
       }
-      if (!trace_opt.scenarios.empty()) throw InputError("--scenario", "", "is for --from-trace only");
       if (!trace_opt.calibration.empty()) throw InputError("--calibration", "", "is for --from-trace only");
+      if (calibrate->parsed()) {
+        // On the GPUs: --scenario names the step graph whose attention ops are timed.
+        if (trace_opt.scenarios.size() > 1) throw InputError("--scenario", "", "is given once without --from-trace");
+        if (!trace_opt.hardware.empty()) throw InputError("--hardware", "", "is for --from-trace only (the GPUs are the hardware)");
+        calibrate_opt.attention_scenario = trace_opt.scenarios.empty() ? std::string() : trace_opt.scenarios.front();
+        check_calibrate_command(calibrate_opt, calibrate_only, calibrate_devices);
+        calibrate_opt.out = calibrate_out;
+      } else if (!trace_opt.scenarios.empty()) {
+        throw InputError("--scenario", "", "is for --from-trace only (give the scenario as SCENARIO)");
+      }
 #ifdef MOESIM_GPU_MODULE
       if (calibrate->parsed()) {
-        calibrate_opt.out = calibrate_out;
         print(gpu_commands().calibrate(calibrate_opt));
         return 0;
       }
       if (run_opt.scenario.empty()) throw InputError("SCENARIO", "", "is required (or --from-trace TRACE --scenario SCENARIO)");
       run_opt.json = trace_opt.json;
+      run_opt.hardware = trace_opt.hardware;
       print(gpu_commands().validate(run_opt));
       return 0;
 #else
@@ -279,6 +314,10 @@ int main(int argc, char** argv) {
     }
 #endif
     if (sweep->parsed()) return run_sweep_command(sweep_opt);
+    if (slice->parsed()) {
+      print(run_slice_command(slice_opt));
+      return 0;
+    }
     if (fusion->parsed()) {
       print(run_fusion_command(fusion_opt));
       return 0;
@@ -293,7 +332,7 @@ int main(int argc, char** argv) {
     }
     if (simulate->parsed()) {
       const std::string ref = opt.scenario.empty() ? std::string(kDefaultScenario) : opt.scenario;
-      const Scenario s = load_scenario(read_input(ref, "scenarios", "SCENARIO"));
+      const Scenario s = load_scenario_with_hardware_flag(read_input(ref, "scenarios", "SCENARIO"), opt.hardware_override);
       const auto start = std::chrono::steady_clock::now();
       const StepGraph graph = opt.graph_file.empty() ? build_step_graph(s) : imported_graph_for(opt.graph_file, s);
       const GraphStats stats = compute_stats(graph);
@@ -334,7 +373,7 @@ int main(int argc, char** argv) {
       print(opt.json ? hardware_info_json(input.name, hw) : hardware_info_text(input.name, hw));
     } else if (sc_info->parsed()) {
       const std::string ref = opt.scenario.empty() ? std::string(kDefaultScenario) : opt.scenario;
-      const Scenario s = load_scenario(read_input(ref, "scenarios", "SCENARIO"));
+      const Scenario s = load_scenario_with_hardware_flag(read_input(ref, "scenarios", "SCENARIO"), opt.hardware_override);
       check_calibration(s.hardware);
       print(opt.json ? scenario_info_json(s) : scenario_info_text(s));
     } else if (graph_stats->parsed()) {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cuda/executor.hpp"
+#include "app/hardware_flag.hpp"
 #include "core/error.hpp"
 #include "core/json_input.hpp"
 #include "core/output_file.hpp"
@@ -66,7 +67,7 @@ struct Loaded {
 };
 
 Loaded load(const RunCommand& c) {
-  Loaded l{load_scenario(read_input(c.scenario, "scenarios", "SCENARIO")), {}};
+  Loaded l{load_scenario_with_hardware_flag(read_input(c.scenario, "scenarios", "SCENARIO"), c.hardware), {}};
   l.graph = build_step_graph(l.scenario);
   return l;
 }

@@ -16,6 +16,7 @@ namespace moesim {
 
 struct RunCommand {
   std::string scenario;  // file or shipped name
+  std::string hardware;  // --hardware: in place of the scenario's hardware file (empty: its own)
   std::string trace;     // Chrome trace of the reported step (empty: none)
   bool json = false;
   int64_t steps = 3;     // measured steps after the warm-up steps; the median step is reported

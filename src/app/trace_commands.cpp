@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/hardware_flag.hpp"
 #include "core/error.hpp"
 #include "core/json_input.hpp"
 #include "core/output_file.hpp"
@@ -48,9 +49,10 @@ KinetoTrace read_trace_flag(const std::string& path) {
   return read_kineto_trace(path);
 }
 
-std::unique_ptr<Matched> load_matched(const std::string& trace, const std::string& scenario, const std::string& calibration) {
-  auto m = std::make_unique<Matched>(
-      Matched{load_scenario(read_input(scenario, "scenarios", "--scenario")), {}, read_trace_flag(trace), {}});
+std::unique_ptr<Matched> load_matched(const std::string& trace, const std::string& scenario, const std::string& calibration,
+                                      const std::string& hardware) {
+  auto m = std::make_unique<Matched>(Matched{
+      load_scenario_with_hardware_flag(read_input(scenario, "scenarios", "--scenario"), hardware), {}, read_trace_flag(trace), {}});
   if (!calibration.empty()) {
     if (!std::filesystem::is_regular_file(calibration)) {
       throw InputError("--calibration", "", "no such file '" + calibration + "'");
@@ -133,7 +135,7 @@ std::string run_calibrate_from_trace(const TraceCommand& c) {
   std::vector<TraceFitSource> sources;
   for (size_t i = 0; i < c.traces.size(); ++i) {
     const std::string& sc = c.scenarios.size() == 1 ? c.scenarios.front() : c.scenarios[i];
-    matched.push_back(load_matched(c.traces[i], sc, ""));
+    matched.push_back(load_matched(c.traces[i], sc, "", c.hardware));
     costs.push_back(std::make_unique<CostModel>(matched.back()->scenario.hardware));
     sources.push_back({&matched.back()->match, &matched.back()->graph, costs.back().get(), matched.back()->scenario.file});
   }
@@ -153,7 +155,7 @@ std::string run_validate_from_trace(const TraceCommand& c) {
   if (c.traces.size() != 1 || c.scenarios.size() != 1) {
     throw InputError("--from-trace", "", "validate reads one trace with one --scenario");
   }
-  const std::unique_ptr<Matched> mm = load_matched(c.traces.front(), c.scenarios.front(), c.calibration);
+  const std::unique_ptr<Matched> mm = load_matched(c.traces.front(), c.scenarios.front(), c.calibration, c.hardware);
   const Matched& m = *mm;
   const TraceMatch& t = m.match;
   const CostModel cost(m.scenario.hardware);

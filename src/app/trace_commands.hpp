@@ -16,6 +16,7 @@ struct TraceCommand {
   std::vector<std::string> scenarios;  // --scenario, one per trace (or one for all)
   std::string out;                     // calibrate: the calibration file (empty: stdout)
   std::string calibration;             // validate: a calibration file instead of the hardware's
+  std::string hardware;                // --hardware: in place of the scenario's hardware file
   bool json = false;
   std::string command;                 // the command line, for provenance
 };

@@ -134,6 +134,11 @@ InputText read_input(std::string_view ref, std::string_view folder, std::string_
   if (auto disk = read_disk(fs::path(ref_s), ref_s)) return *disk;
   if (is_bare_name(ref)) {
     if (auto shipped = read_embedded(std::string(folder) + "/" + ref_s + ".json")) return *shipped;
+    // The GPU calibration scenarios are called by name too ("k3-slice-2gpu"); only scenarios: a
+    // bare hardware name must never find a calibration table (hardware/calibration/).
+    if (folder == "scenarios") {
+      if (auto shipped = read_embedded(std::string(folder) + "/calibration/" + ref_s + ".json")) return *shipped;
+    }
   } else if (auto shipped = read_embedded(fs::path(ref_s).lexically_normal().generic_string())) {
     return *shipped;
   }
@@ -141,6 +146,7 @@ InputText read_input(std::string_view ref, std::string_view folder, std::string_
   for (const auto& f : embedded_files()) {
     if (f.path.starts_with(std::string(folder) + "/")) {
       std::string_view name = f.path.substr(folder.size() + 1);
+      if (folder == "scenarios" && name.starts_with("calibration/")) name.remove_prefix(12);
       if (name.ends_with(".json") && name.find('/') == std::string_view::npos) {
         known += (known.empty() ? "" : ", ") + std::string(name.substr(0, name.size() - 5));
       }

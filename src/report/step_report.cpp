@@ -114,6 +114,7 @@ StepReport make_step_report(const Scenario& s, const StepGraph& g, const GraphSt
   r.scenario = s.spec.name;
   r.model = s.model.name;
   r.hardware = s.hardware.name;
+  r.error_band = error_band_for(s.hardware.name);
   r.num_devices = g.plan.num_ranks();
   r.num_sampled_steps = static_cast<int64_t>(steps.size());
   r.tokens_per_step = g.tokens_per_step;
@@ -207,6 +208,15 @@ std::string step_report_text(const StepReport& r) {
   std::snprintf(line, sizeof line, "  step time         %.3f s mean, %.3f s P50, %.3f s P99 over %lld sampled step(s)\n",
                 r.step_time_s, r.step_time_p50_s, r.step_time_p99_s, static_cast<long long>(r.num_sampled_steps));
   out << line;
+  out << "  error band        " << error_band_line(r.error_band) << "\n";
+  if (!r.error_band.families.empty()) {
+    out << "    by op family   ";
+    for (const auto& [family, e] : r.error_band.families) {
+      std::snprintf(line, sizeof line, " %s %+.1f%% .. %+.1f%%%s", family.c_str(), 100 * e.low, 100 * e.high,
+                    &family == &r.error_band.families.back().first ? "\n" : ",");
+      out << line;
+    }
+  }
   std::snprintf(line, sizeof line, "  throughput        %.4g tokens/s (%.4g tokens per step)\n", r.tokens_per_s,
                 static_cast<double>(r.tokens_per_step));
   out << line;
@@ -270,6 +280,23 @@ std::string step_report_json(const StepReport& r) {
   j["step_time_s"] = r.step_time_s;
   j["step_time_p50_s"] = r.step_time_p50_s;
   j["step_time_p99_s"] = r.step_time_p99_s;
+  {
+    const ErrorBand& b = r.error_band;
+    nlohmann::json band;
+    band["validated"] = b.validated;
+    band["hardware"] = b.hardware;
+    if (b.validated) {
+      auto range = [](const ErrorRange& e) { return nlohmann::json{{"low", e.low}, {"high", e.high}, {"num_runs", e.num_runs}}; };
+      band["basis"] = b.basis;
+      band["source"] = b.source;
+      band["step"] = range(b.step);
+      nlohmann::json families = nlohmann::json::object();
+      for (const auto& [family, e] : b.families) families[family] = range(e);
+      band["families"] = families;
+      band["tie_fraction"] = b.tie_fraction;
+    }
+    j["error_band"] = band;
+  }
   j["tokens_per_step"] = r.tokens_per_step;
   j["tokens_per_s"] = r.tokens_per_s;
   j["model_flops_per_step"] = r.model_flops_per_step;

@@ -11,6 +11,7 @@
 
 #include "engine/engine.hpp"
 #include "graph/graph_stats.hpp"
+#include "report/error_band.hpp"
 #include "scenario/scenario_spec.hpp"
 
 namespace moesim {
@@ -26,6 +27,8 @@ struct StepReport {
   double step_time_s = 0;            // mean
   double step_time_p50_s = 0;
   double step_time_p99_s = 0;
+  // How far the model's step times were from measurements on this hardware (error_band.hpp).
+  ErrorBand error_band;
   double tokens_per_s = 0;
   // Process groups whose members span more than one scale-up domain (their collectives cross the
   // scale-out network): (group kind, size, domains spanned), for the kinds the step communicates over.

@@ -256,30 +256,6 @@ class ScenarioChecker {
     }
   }
 
-  bool lora_target_exists(LoraTarget t) const {
-    const bool has_mla = model_.mla.has_value();
-    const bool q_lora = has_mla && model_.mla->q_lora_rank > 0;
-    switch (t) {
-      case LoraTarget::q_proj: return model_.gqa || model_.kda || (has_mla && !q_lora);
-      case LoraTarget::k_proj:
-      case LoraTarget::v_proj: return model_.gqa || model_.kda;
-      case LoraTarget::o_proj: return true;
-      case LoraTarget::output_gate:
-        return (has_mla && model_.mla->output_gate != OutputGate::none) ||
-               (model_.kda && model_.kda->output_gate != OutputGate::none);
-      case LoraTarget::q_a_proj:
-      case LoraTarget::q_b_proj: return q_lora;
-      case LoraTarget::kv_a_proj:
-      case LoraTarget::kv_b_proj: return has_mla;
-      case LoraTarget::dense_ffn: return model_.uses(FfnKind::dense);
-      case LoraTarget::shared_experts: return model_.moe && model_.moe->num_shared_experts > 0;
-      case LoraTarget::routed_experts: return model_.moe.has_value();
-      case LoraTarget::latent_proj: return model_.moe && model_.moe->latent_size > 0;
-      case LoraTarget::lm_head: return true;
-    }
-    return false;
-  }
-
   void check_training() const {
     const auto& t = spec_.training;
     if (t.mode == TrainingMode::lora && !t.lora) fail("/training/lora", "required when mode is lora");
@@ -288,7 +264,7 @@ class ScenarioChecker {
       if (t.lora->targets.empty()) fail("/training/lora/targets", "name at least one projection");
       for (size_t i = 0; i < t.lora->targets.size(); ++i) {
         const LoraTarget target = t.lora->targets[i];
-        if (!lora_target_exists(target)) {
+        if (!lora_target_exists(model_, target)) {
           fail("/training/lora/targets/" + std::to_string(i),
                model_.name + " has no " + std::string(enum_name(target)) + " projection");
         }
@@ -440,6 +416,30 @@ class ScenarioChecker {
 };
 
 }  // namespace
+
+bool lora_target_exists(const ModelSpec& model, LoraTarget t) {
+  const bool has_mla = model.mla.has_value();
+  const bool q_lora = has_mla && model.mla->q_lora_rank > 0;
+  switch (t) {
+    case LoraTarget::q_proj: return model.gqa || model.kda || (has_mla && !q_lora);
+    case LoraTarget::k_proj:
+    case LoraTarget::v_proj: return model.gqa || model.kda;
+    case LoraTarget::o_proj: return true;
+    case LoraTarget::output_gate:
+      return (has_mla && model.mla->output_gate != OutputGate::none) ||
+             (model.kda && model.kda->output_gate != OutputGate::none);
+    case LoraTarget::q_a_proj:
+    case LoraTarget::q_b_proj: return q_lora;
+    case LoraTarget::kv_a_proj:
+    case LoraTarget::kv_b_proj: return has_mla;
+    case LoraTarget::dense_ffn: return model.uses(FfnKind::dense);
+    case LoraTarget::shared_experts: return model.moe && model.moe->num_shared_experts > 0;
+    case LoraTarget::routed_experts: return model.moe.has_value();
+    case LoraTarget::latent_proj: return model.moe && model.moe->latent_size > 0;
+    case LoraTarget::lm_head: return true;
+  }
+  return false;
+}
 
 void check_scenario(const Scenario& scenario) { ScenarioChecker(scenario).run(); }
 

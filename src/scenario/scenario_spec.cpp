@@ -352,7 +352,9 @@ std::vector<double> load_routing_histogram(const InputText& input, const ModelSp
   return h.tokens_per_expert;
 }
 
-Scenario load_scenario(const InputText& input) {
+namespace {
+
+Scenario load_scenario_with(const InputText& input, const InputText* hardware) {
   const nlohmann::json root = parse_json(input);
   Scenario s;
   s.file = input.name;
@@ -362,7 +364,7 @@ Scenario load_scenario(const InputText& input) {
   const InputText model_input = read_referenced(input, "/model", s.spec.model, "models");
   s.model_file = model_input.name;
   s.model = load_model(model_input);
-  const InputText hardware_input = read_referenced(input, "/hardware", s.spec.hardware, "hardware");
+  const InputText hardware_input = hardware ? *hardware : read_referenced(input, "/hardware", s.spec.hardware, "hardware");
   s.hardware_file = hardware_input.name;
   s.hardware = load_hardware(hardware_input);
   check_scenario(s);
@@ -372,6 +374,12 @@ Scenario load_scenario(const InputText& input) {
   }
   return s;
 }
+
+}  // namespace
+
+Scenario load_scenario(const InputText& input) { return load_scenario_with(input, nullptr); }
+
+Scenario load_scenario(const InputText& input, const InputText& hardware) { return load_scenario_with(input, &hardware); }
 
 double runtime_reserved_bytes(const ScenarioSpec& spec, const HardwareSpec& hardware) {
   if (spec.memory.runtime_reserved) return spec.memory.runtime_reserved->value;

@@ -289,6 +289,9 @@ struct Scenario {
 };
 
 Scenario load_scenario(const InputText& input);
+// The same with `hardware` in place of the file the scenario names (`--hardware` on the command
+// line: a calibration scenario run on the user's own machine). The plan's checks run against it.
+Scenario load_scenario(const InputText& input, const InputText& hardware);
 // Device memory of the software stack: the scenario's memory.runtime_reserved and
 // memory.comm_buffer_per_group when given, else what the hardware's calibration file measured
 // (HardwareSpec::stack_memory), else 1 GB and 128 MiB (assumptions).

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "report/error_band.hpp"
+
 namespace moesim {
 namespace {
 
@@ -57,7 +59,16 @@ Json config_json(const SweepSpace& space, int64_t index) {
   return c;
 }
 
-Json point_json(const SweepSpace& space, const RankedPoint& p) {
+// The step time plans are compared with for ties: the best plan's, when it fits (0: none).
+double best_fitting_s(const SweepSummary& s) {
+  return !s.results().empty() && s.results().front().fits ? s.results().front().step_time_s : 0.0;
+}
+
+bool is_tie(const ErrorBand& band, double best_s, const RankedPoint& p) {
+  return p.fits && within_band(band, best_s, p.step_time_s);
+}
+
+Json point_json(const SweepSpace& space, const RankedPoint& p, const ErrorBand& band, double best_s) {
   Json j;
   j["config_index"] = p.index;
   j["config"] = config_json(space, p.index);
@@ -73,19 +84,21 @@ Json point_json(const SweepSpace& space, const RankedPoint& p) {
   j["exposed_comm_s"] = p.exposed_comm_s;
   j["bubble_s"] = p.bubble_s;
   j["fits"] = p.fits;
+  j["tie_with_best"] = is_tie(band, best_s, p);
   return j;
 }
 
-void point_table(std::ostringstream& out, const SweepSpace& space, const std::vector<RankedPoint>& points) {
+void point_table(std::ostringstream& out, const SweepSpace& space, const std::vector<RankedPoint>& points,
+                 const ErrorBand& band, double best_s) {
   char line[256];
-  std::snprintf(line, sizeof line, "  %6s %8s %9s %7s %8s %8s %9s %8s %4s  %s\n", "config", "step s", "tok/s/dev",
-                "MFU", "HBM GB", "DDR GB", "exposed s", "bubble s", "fits", "settings");
+  std::snprintf(line, sizeof line, "  %6s %8s %3s %9s %7s %8s %8s %9s %8s %4s  %s\n", "config", "step s", "tie",
+                "tok/s/dev", "MFU", "HBM GB", "DDR GB", "exposed s", "bubble s", "fits", "settings");
   out << line;
   for (const RankedPoint& p : points) {
-    std::snprintf(line, sizeof line, "  %6lld %8.3f %9.4g %6.1f%% %8.1f %8.1f %9.3f %8.3f %4s  ",
-                  static_cast<long long>(p.index), p.step_time_s, p.tokens_per_s / static_cast<double>(p.num_devices),
-                  100.0 * p.mfu, p.peak_hbm_bytes / 1e9, p.peak_ddr_bytes / 1e9, p.exposed_comm_s, p.bubble_s,
-                  p.fits ? "yes" : "no");
+    std::snprintf(line, sizeof line, "  %6lld %8.3f %3s %9.4g %6.1f%% %8.1f %8.1f %9.3f %8.3f %4s  ",
+                  static_cast<long long>(p.index), p.step_time_s, is_tie(band, best_s, p) ? "=" : "",
+                  p.tokens_per_s / static_cast<double>(p.num_devices), 100.0 * p.mfu, p.peak_hbm_bytes / 1e9,
+                  p.peak_ddr_bytes / 1e9, p.exposed_comm_s, p.bubble_s, p.fits ? "yes" : "no");
     out << line << config_text(space, p.index) << "\n";
   }
 }
@@ -126,10 +139,14 @@ std::string sweep_report_text(const SweepSpace& space, const SweepSummary& s, co
   std::snprintf(line, sizeof line, "wall         %.1f s, %.0f configurations/min, %lld thread(s) x %lld process(es)\n",
                 info.wall_s, per_min, static_cast<long long>(info.threads), static_cast<long long>(info.processes));
   out << line;
-  out << "\nbest " << s.results().size() << " by step time (configurations that fit first):\n";
-  point_table(out, space, s.results());
+  const ErrorBand band = error_band_for(base.hardware.name);
+  const double best_s = best_fitting_s(s);
+  out << "error band   " << error_band_line(band) << "\n";
+  out << "\nbest " << s.results().size() << " by step time (configurations that fit first; tie '=': within the "
+      << "error band of the best):\n";
+  point_table(out, space, s.results(), band, best_s);
   out << "\nPareto front, step time against peak HBM (configurations that fit):\n";
-  point_table(out, space, s.pareto());
+  point_table(out, space, s.pareto(), band, best_s);
   if (!s.rejected.empty()) {
     out << "\nfirst " << s.rejected.size() << " rejected:\n";
     for (const ConfigOutcome& o : s.rejected)
@@ -164,11 +181,23 @@ std::string sweep_report_json(const SweepSpace& space, const SweepSummary& s, co
   j["num_configs_simulated"] = s.num_configs_simulated;
   j["num_configs_fit"] = s.num_configs_fit;
   j["wall_s"] = info.wall_s;  // the only run-dependent key: threads and processes change nothing else
+  const ErrorBand band = error_band_for(base.hardware.name);
+  const double best_s = best_fitting_s(s);
+  Json band_json;
+  band_json["validated"] = band.validated;
+  band_json["hardware"] = band.hardware;
+  band_json["summary"] = error_band_line(band);
+  if (band.validated) {
+    band_json["step_low"] = band.step.low;
+    band_json["step_high"] = band.step.high;
+    band_json["tie_fraction"] = band.tie_fraction;
+  }
+  j["error_band"] = band_json;
   Json results = Json::array();
-  for (const RankedPoint& p : s.results()) results.push_back(point_json(space, p));
+  for (const RankedPoint& p : s.results()) results.push_back(point_json(space, p, band, best_s));
   j["results"] = results;
   Json pareto = Json::array();
-  for (const RankedPoint& p : s.pareto()) pareto.push_back(point_json(space, p));
+  for (const RankedPoint& p : s.pareto()) pareto.push_back(point_json(space, p, band, best_s));
   j["pareto"] = pareto;
   Json by_path = Json::object();
   for (const auto& [path, n] : s.rejected_by_path) by_path[path] = n;
@@ -198,7 +227,7 @@ std::string sweep_csv_header(const SweepSpace& space) {
   }
   return out +
          ",status,step_time_s,step_time_p99_s,tokens_per_s,mfu,peak_hbm_bytes,peak_ddr_bytes,memory_bound_bytes,"
-         "tokens_per_s_per_device,compute_s,exposed_comm_s,bubble_s,fits,reason\n";
+         "tokens_per_s_per_device,compute_s,exposed_comm_s,bubble_s,fits,error_band_tie_fraction,reason\n";
 }
 
 std::string sweep_csv_row(const SweepSpace& space, const ConfigOutcome& o) {
@@ -224,6 +253,11 @@ std::string sweep_csv_row(const SweepSpace& space, const ConfigOutcome& o) {
   } else {
     out += ",,,,,,,,,,,,false";
   }
+  // Rows stream out before the best plan is known: a row ties with the best when its step time is
+  // within this fraction of the best fitting row's (empty: unvalidated hardware).
+  const ErrorBand band = error_band_for(space.base().hardware.name);
+  out += ',';
+  if (band.validated) out += number(band.tie_fraction);
   out += ',';
   out += csv_field(o.reason);
   out += '\n';

@@ -389,7 +389,10 @@ json bench_collectives(Context& cx, int num_gpus, std::map<std::string, double>&
                                                  : std::vector<double>{64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20,
                                                                        64 << 20, 256 << 20, 1 << 30};
   cx.summary += "\nNCCL (bf16)      kind            n        bytes   algbw GB/s  busbw GB/s\n";
-  for (int n = 2; n <= num_gpus; n *= 2) {
+  std::vector<int> group_sizes;
+  for (int n = 2; n <= num_gpus; n *= 2) group_sizes.push_back(n);
+  if (num_gpus > 2 && group_sizes.back() != num_gpus) group_sizes.push_back(num_gpus);  // --devices 6: 2, 4, 6
+  for (int n : group_sizes) {
     std::vector<int> devices(static_cast<size_t>(n));
     std::iota(devices.begin(), devices.end(), 0);
     const auto max_bytes = static_cast<size_t>(sizes.back());
@@ -503,7 +506,8 @@ json bench_attention(Context& cx) {
   // Each call is milliseconds to a second: fewer repeats than the small kernels.
   const int warmup = cx.opt.quick ? 1 : 2;
   const int repeats = cx.opt.quick ? 2 : 5;
-  const InputText base = read_input(kAttentionScenario, "scenarios", "SCENARIO");
+  const std::string ref = cx.opt.attention_scenario.empty() ? std::string(kAttentionScenario) : cx.opt.attention_scenario;
+  const InputText base = read_input(ref, "scenarios", "--scenario");
   std::map<std::pair<std::string, std::string>, std::map<double, std::vector<double>>> by_x;  // (kind, phase)
   std::map<std::pair<std::string, std::string>, json> samples;
   cx.summary += "\nAttention (executor launches)  kind               phase      seq   ms      TF/s\n";
@@ -603,33 +607,38 @@ std::string utc_now() {
 }  // namespace
 
 CalibrationRun run_calibration(const CalibrateOptions& options) {
-  const int num_gpus = device_count();
+  const int num_gpus = options.num_devices > 0 ? std::min(options.num_devices, device_count()) : device_count();
   if (num_gpus == 0) throw BackendError("calibrate: no CUDA device");
+  const auto wants = [&](const char* part) { return options.only.empty() || options.only.contains(part); };
   // The software stack's own memory first, before this run allocates anything: the context.
   const double runtime_bytes = used_bytes(0);
   const DeviceInfo dev = device_info(0);
   Context cx{options, options.quick ? Settings{2, 5} : Settings{5, 25}, nullptr, std::string()};
   MOESIM_CUDA_CHECK(cudaStreamCreateWithFlags(&cx.stream, cudaStreamNonBlocking));
   const auto start = std::chrono::steady_clock::now();
-  json kernels;
+  json kernels = json::object();
   json host;
   json other;
-  {
+  if (wants("gemm") || wants("memory") || wants("copies")) {
     Gemm gemm;
     // Pools of 2 GiB and 1 GiB (BF16 elements): far beyond the 60 MB L2.
     Pool pool(size_t{1} << 30, 1);
     Pool out_pool(size_t{1} << 29, 2);
-    kernels["gemm"] = bench_gemm(cx, gemm, pool, out_pool);
-    kernels["grouped_gemm"] = bench_grouped_gemm(cx, gemm);
-    kernels["memory"] = bench_memory(cx, pool, out_pool);
-    other = bench_other(cx, gemm);
-    host = bench_host_copy(cx);
+    if (wants("gemm")) {
+      kernels["gemm"] = bench_gemm(cx, gemm, pool, out_pool);
+      kernels["grouped_gemm"] = bench_grouped_gemm(cx, gemm);
+    }
+    if (wants("memory")) {
+      kernels["memory"] = bench_memory(cx, pool, out_pool);
+      other = bench_other(cx, gemm);
+    }
+    if (wants("copies")) host = bench_host_copy(cx);
   }
-  const json attention = bench_attention(cx);
+  const json attention = wants("attention") ? bench_attention(cx) : json();
   MOESIM_CUDA_CHECK(cudaStreamSynchronize(cx.stream));
   MOESIM_CUDA_CHECK(cudaStreamDestroy(cx.stream));
   std::map<std::string, double> communicator_bytes;
-  const json collectives = bench_collectives(cx, num_gpus, communicator_bytes);
+  const json collectives = wants("collectives") ? bench_collectives(cx, num_gpus, communicator_bytes) : json();
   const json memory_overhead = {{"runtime_bytes", runtime_bytes},
                                 {"communicator_bytes", communicator_bytes.empty() ? json::object() : json(communicator_bytes)}};
   if (!communicator_bytes.empty()) {
@@ -645,13 +654,15 @@ CalibrationRun run_calibration(const CalibrateOptions& options) {
        {{"gpu", dev.name}, {"num_gpus", num_gpus}, {"sms", dev.num_sms}, {"memory_bytes", dev.memory_bytes},
         {"l2_bytes", dev.l2_bytes}, {"driver", dev.driver}, {"kernel_driver", kernel_driver()}, {"cuda_runtime", dev.runtime}, {"cublas", dev.cublas},
         {"nccl", dev.nccl}, {"date", utc_now()}, {"command", options.command}, {"quick", options.quick},
-        {"warmup", cx.s.warmup}, {"repeats", cx.s.repeats}, {"wall_s", wall}}},
-      {"kernels", kernels},
-      {"other_kernels", other},
-      {"host_copy", host},
-      {"collectives", collectives},
-      {"attention", attention},
+        {"warmup", cx.s.warmup}, {"repeats", cx.s.repeats}, {"wall_s", wall},
+        {"only", std::vector<std::string>(options.only.begin(), options.only.end())}}},
   };
+  // A part left out by --only is absent: the cost model keeps the hardware file's curves for it.
+  if (!kernels.empty()) root["kernels"] = kernels;
+  if (!other.is_null()) root["other_kernels"] = other;
+  if (!host.is_null()) root["host_copy"] = host;
+  if (!collectives.is_null()) root["collectives"] = collectives;
+  if (!attention.is_null()) root["attention"] = attention;
   // With one GPU there is no communicator to measure: communicator_bytes stays empty (the step
   // graph then assumes the default per communicator), the context is still measured.
   root["memory_overhead"] = memory_overhead;

@@ -12,12 +12,18 @@
 #pragma once
 
 #include <functional>
+#include <set>
 #include <string>
 
 namespace moesim::cuda {
 
 struct CalibrateOptions {
   bool quick = false;   // a coarse grid and fewer repeats (a smoke test of the whole path)
+  int num_devices = 0;  // the first N visible GPUs (0: all); collectives over 2, 4, ... and N of them
+  // Parts to measure (empty: all): gemm, memory, attention, collectives, copies
+  // (app/calibrate_command.hpp says which tables each writes).
+  std::set<std::string> only;
+  std::string attention_scenario;  // scenario whose attention ops are timed (empty: the K3 slice)
   std::string command;  // recorded as provenance
   std::function<void(const std::string&)> log;  // progress lines; may be empty
 };

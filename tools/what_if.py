@@ -72,6 +72,24 @@ VARIANTS = [
      [setp("/overlap/moe_shared_expert_overlap", True)]),
     ("shared-expert overlap, 4 chunks", "both of the above",
      [setp("/overlap/moe_shared_expert_overlap", True), setp("/overlap/moe_dispatch_chunks", 4)]),
+    # Routing mechanisms. The EP group sits in one supernode, so node-limited routing has
+    # no nodes to limit here; device-limited M = 1 is refused (14 experts per rank < top-16).
+    ("device-limited M=2", "`/routing/devices_per_token` 2", [setp("/routing/devices_per_token", 2)]),
+    ("device-limited M=4", "`/routing/devices_per_token` 4", [setp("/routing/devices_per_token", 4)]),
+    ("device-limited M=8", "`/routing/devices_per_token` 8", [setp("/routing/devices_per_token", 8)]),
+    ("capacity 1.0, drop", "`/routing/capacity_factor` 1.0", [setp("/routing/capacity_factor", 1.0)]),
+    ("capacity 1.25, drop", "`/routing/capacity_factor` 1.25", [setp("/routing/capacity_factor", 1.25)]),
+    ("capacity 1.0, pad", "`/routing/capacity_factor` 1.0, `capacity_policy` pad",
+     [setp("/routing/capacity_factor", 1.0), setp("/routing/capacity_policy", "pad")]),
+    ("capacity 1.25, pad", "`/routing/capacity_factor` 1.25, `capacity_policy` pad",
+     [setp("/routing/capacity_factor", 1.25), setp("/routing/capacity_policy", "pad")]),
+    ("skewed 1.0, capacity 1.25 drop", "`/routing` skewed, Zipf 1.0, `capacity_factor` 1.25",
+     [setp("/routing/distribution", "skewed"), setp("/routing/skew", 1.0), setp("/routing/capacity_factor", 1.25)]),
+    ("skewed 1.0, bias-balanced from the start", "`/routing` skewed, Zipf 1.0, `bias_update_speed` 0.01",
+     [setp("/routing/distribution", "skewed"), setp("/routing/skew", 1.0), setp("/routing/bias_update_speed", 0.01)]),
+    ("skewed 1.0, bias-balanced after 1000 steps", "as above, `bias_start_step` 1000",
+     [setp("/routing/distribution", "skewed"), setp("/routing/skew", 1.0), setp("/routing/bias_update_speed", 0.01),
+      setp("/routing/bias_start_step", 1000)]),
 ]
 
 
@@ -101,21 +119,25 @@ def main():
                                  check=True)
             rows.append((name, field, json.loads(out.stdout)))
     t0 = rows[0][2]["step_time_s"]
-    table = ["| variant | field changed | step time | vs default | MFU | peak HBM | peak DDR | exposed comm | exposed all-to-all | fits |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    table = ["| variant | field changed | step time | vs default | MFU | peak HBM | peak DDR | exposed comm | "
+             "exposed all-to-all | busiest EP rank | fits |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, field, r in rows:
         t = r["step_time_s"]
         vs = "-" if name == "default" else f"{100 * (t / t0 - 1):+.1f}%"
         comm = r["breakdown_s"]["exposed_comm"]
         a2a = r["breakdown_s"]["exposed"].get("all_to_all", 0.0)
+        load = r.get("ep_load_imbalance")
+        busiest = f"{load['p50']:.2f}x" if load else "-"
         table.append(f"| {name} | {field} | {t:.2f} s | {vs} | {100 * r['mfu']:.1f}% | {r['peak_hbm_bytes'] / 1e9:.1f} GB | "
-                     f"{r['peak_ddr_bytes'] / 1e9:.1f} GB | {comm:.2f} s | {a2a:.2f} s | {'yes' if r['fits'] else 'no'} |")
+                     f"{r['peak_ddr_bytes'] / 1e9:.1f} GB | {comm:.2f} s | {a2a:.2f} s | {busiest} | "
+                     f"{'yes' if r['fits'] else 'no'} |")
     if not (write or check):
         print("\n".join(table))
         return
     with open(PAGE) as f:
         lines = f.read().split("\n")
-    start = lines.index(table[0])
+    start = next(i for i, line in enumerate(lines) if line.startswith("| variant |"))
     end = start
     while end < len(lines) and lines[end].startswith("|"):
         end += 1

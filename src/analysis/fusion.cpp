@@ -348,7 +348,7 @@ StepGraph apply_fusions(const StepGraph& graph, const std::vector<FusionChain>& 
   if (graph.routing) {  // not copyable: the same sampler rebuilt (as import_graph_json does)
     const RoutingSampler& r = *graph.routing;
     out.routing.emplace(r.spec(), r.num_experts(), r.top_k(), r.ep(),
-                        std::vector<double>(r.histogram().begin(), r.histogram().end()));
+                        std::vector<double>(r.histogram().begin(), r.histogram().end()), r.ep_ranks_per_node());
   }
   out.num_micro_batches = graph.num_micro_batches;
   out.tokens_per_micro_batch = graph.tokens_per_micro_batch;

@@ -111,11 +111,12 @@ class FieldReader {
     read(*value, out, child_path(key), bounds);
   }
 
-  // A field with no default: absent stays std::nullopt (its meaning is documented in doc).
+  // A field with no default: absent or null stays std::nullopt (its meaning is documented in doc;
+  // null lets a sweep axis or an edited file switch it off).
   template <class T>
   void maybe(std::string_view key, std::optional<T>& out, std::string_view /*doc*/, Bounds bounds = {}) {
     const nlohmann::json* value = take(key);
-    if (value == nullptr) {
+    if (value == nullptr || value->is_null()) {
       out.reset();
       return;
     }

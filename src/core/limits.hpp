@@ -36,6 +36,9 @@ inline constexpr int64_t kMaxLayerPasses = int64_t{1} << 20;
 inline constexpr int64_t kMaxSampledSteps = 1000;            // routing re-samples (as --steps)
 inline constexpr double kMaxSlowdown = 1000;                 // straggler factor
 inline constexpr double kMaxSkew = 100;                      // Zipf exponent
+inline constexpr double kMaxCapacityFactor = 1000;           // expert capacity, x the balanced load
+inline constexpr double kMaxBiasUpdateSpeed = 10;            // routing bias step, log-popularity units
+inline constexpr int64_t kMaxBiasStartStep = 10000;          // bias updates iterated before step 0 (~20 us each per layer)
 inline constexpr double kMaxTokenCount = 1e15;               // a routing histogram entry
 
 // Sweeps.

@@ -179,24 +179,17 @@ double CostModel::hierarchical_out_fraction(int64_t num_experts, int64_t top_k, 
     const double e_d = e * static_cast<double>(g.max_per_domain) / static_cast<double>(g.size);
     return (domains - 1) * (1 - none_of(e, e_d)) / static_cast<double>(top_k);
   }
-  // A domain holds G/D groups; j of the token's c groups fall in it (hypergeometric), and then it
-  // is reached unless all k experts, drawn from the c groups' experts, fall in the other groups.
-  const int64_t per_domain = groups / g.num_domains;
-  const double e_g = e / static_cast<double>(groups);
-  const double pool = static_cast<double>(groups_per_token) * e_g;
-  auto choose = [](int64_t n, int64_t r) {
-    if (r < 0 || r > n) return 0.0;
-    double c = 1;
-    for (int64_t i = 0; i < r; ++i) c = c * static_cast<double>(n - i) / static_cast<double>(i + 1);
-    return c;
-  };
-  double hit = 0;
-  for (int64_t j = 1; j <= std::min(per_domain, groups_per_token); ++j) {
-    const double p_j = choose(per_domain, j) * choose(groups - per_domain, groups_per_token - j) /
-                       choose(groups, groups_per_token);
-    hit += p_j * (1 - none_of(pool, static_cast<double>(j) * e_g));
+  // Limited routing's even split (routing.hpp): the token's k assignments reach min(c, k) of its
+  // units, under uniform routing a uniformly drawn set of them. A domain holds G/D units and is
+  // missed when all of those fall elsewhere: C(G - G/D, r) / C(G, r).
+  const int64_t reached = std::min(groups_per_token, top_k);
+  const auto units = static_cast<double>(groups);
+  const double per_domain = units / domains;
+  double missed = 1;
+  for (int64_t i = 0; i < reached; ++i) {
+    missed *= std::max(0.0, (units - per_domain - static_cast<double>(i)) / (units - static_cast<double>(i)));
   }
-  return (domains - 1) * hit / static_cast<double>(top_k);
+  return (domains - 1) * (1 - missed) / static_cast<double>(top_k);
 }
 
 CollectiveCost CostModel::hierarchical_all_to_all(double bytes, const GroupPlacement& g, double out_fraction) const {

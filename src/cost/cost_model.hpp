@@ -92,9 +92,11 @@ class CostModel {
   // The share of S that crosses the scale-out network under hierarchical dispatch: the expected
   // number of remote domains holding at least one of a token's top_k experts, over top_k, when
   // the num_experts experts are spread evenly over the group's domains and a token's experts are
-  // distinct and uniformly drawn. With group-limited routing (`groups` equal groups, a token's
-  // experts from `groups_per_token` of them, uniformly chosen; 0: no limit) whose groups each sit
-  // in one domain (groups a multiple of the domains), the token reaches only its groups' domains.
+  // distinct and uniformly drawn. With limited routing (`groups` equal units of consecutive
+  // experts - router groups, the EP group's domains or its ranks - a token's k assignments split
+  // evenly over `groups_per_token` of them, uniformly chosen, as RoutingSampler models it; 0: no
+  // limit) whose units each sit in one domain (units a multiple of the domains), the token
+  // reaches only its units' domains.
   static double hierarchical_out_fraction(int64_t num_experts, int64_t top_k, const GroupPlacement& group,
                                           int64_t groups = 1, int64_t groups_per_token = 0);
   // nccl-tests' bus bandwidth factor of a collective over n ranks.

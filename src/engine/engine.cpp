@@ -106,6 +106,9 @@ struct Engine::Impl {
   // Under hierarchical dispatch, the share of an expert all-to-all that crosses the scale-out
   // network (CostModel::hierarchical_out_fraction); < 0: direct dispatch. Set once per run.
   double ep_out_fraction_ = -1;
+  // Sum and count of the busiest EP member's rows over T k, per sampled (layer, micro, group).
+  double ep_load_ratio_sum_ = 0;
+  int64_t ep_load_ratio_count_ = 0;
   bool distinct = false;
   RankClasses classes;                 // distinct mode only
   std::vector<int32_t> slot_rank;      // the rank each slot simulates
@@ -183,23 +186,74 @@ struct Engine::Impl {
   }
 
   // The sampled routing of one EP group (its members' loads) in one layer and micro-batch.
+  // Wire traffic is counted in assignments (one token copy per expert), or under device-limited
+  // routing with direct dispatch in token copies (one per destination rank, routing.hpp); both
+  // weigh the same bytes. With a capacity (routing.hpp), a member's experts process
+  // processed_rows of what arrives; dropped assignments are not sent: member i's arrivals and
+  // kept ones shrink by its processed fraction f_i, its sends by the group's mean fraction (each
+  // sender spreads its assignments like the others, so in expectation it loses the group's share).
+  // Padding sends fixed buffers: each member gets experts_per_rank * C rows, (ep-1)/ep of them
+  // from other members, whatever the loads.
   const RoutingSample& group_routing(int32_t layer, int32_t micro, int64_t rank) {
     const int64_t gid = g.plan.group_id(rank, GroupKind::ep);
     auto [it, inserted] = routing.try_emplace({layer, micro, gid});
     if (!inserted) return it->second;
     const auto n = static_cast<size_t>(g.plan.group_size(GroupKind::ep));
     RoutingSample& s = it->second;
+    const int64_t tokens = g.routed_tokens_per_micro_batch();
     std::vector<int64_t> received(n), kept(n);
-    routing_->sample_group_loads(opt.step, layer, micro, gid, g.routed_tokens_per_micro_batch(), received, kept);
-    const double sent = static_cast<double>(g.routed_tokens_per_micro_batch() * routing_->top_k());
+    std::vector<int64_t> copies, kept_copies;  // device-limited direct dispatch: what crosses the wire
+    double sent = static_cast<double>(tokens * routing_->top_k());
+    if (routing_->dedups_devices() && ep_out_fraction_ < 0) {
+      copies.resize(n);
+      kept_copies.resize(n);
+      routing_->sample_group_copies(opt.step, layer, micro, gid, tokens, copies, kept_copies, received, kept);
+      sent = static_cast<double>(tokens * routing_->units_reached());
+    } else {
+      routing_->sample_group_loads(opt.step, layer, micro, gid, tokens, received, kept);
+    }
     s.received_rows.resize(n);
     s.kept_rows.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      s.received_rows[i] = static_cast<double>(received[i]);
-      s.kept_rows[i] = static_cast<double>(kept[i]);
-      const double wire = std::max(sent, static_cast<double>(received[i])) - static_cast<double>(kept[i]);
-      s.worst_wire_assignments = std::max(s.worst_wire_assignments, wire);
+    const int64_t capacity = routing_->expert_capacity(tokens);
+    if (capacity < 0) {
+      for (size_t i = 0; i < n; ++i) {
+        s.received_rows[i] = static_cast<double>(received[i]);
+        s.kept_rows[i] = static_cast<double>(kept[i]);
+        const double in = static_cast<double>(copies.empty() ? received[i] : copies[i]);
+        const double own = static_cast<double>(copies.empty() ? kept[i] : kept_copies[i]);
+        s.worst_wire_assignments = std::max(s.worst_wire_assignments, std::max(sent, in) - own);
+      }
+    } else if (routing_->spec().capacity_policy == CapacityPolicy::pad) {
+      const double rows = static_cast<double>(routing_->experts_per_rank() * capacity);
+      for (size_t i = 0; i < n; ++i) {
+        s.received_rows[i] = rows;
+        s.kept_rows[i] = rows / static_cast<double>(n);  // a fixed buffer per peer, its own included
+      }
+      s.worst_wire_assignments = rows * static_cast<double>(n - 1) / static_cast<double>(n);
+    } else {
+      std::vector<double> kept_fraction(n);
+      double processed_sum = 0, received_sum = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const int64_t processed = routing_->processed_rows(opt.step, layer, micro, gid, static_cast<int64_t>(i), tokens, received[i]);
+        s.received_rows[i] = static_cast<double>(processed);
+        kept_fraction[i] = received[i] > 0 ? static_cast<double>(processed) / static_cast<double>(received[i]) : 1.0;
+        s.kept_rows[i] = static_cast<double>(kept[i]) * kept_fraction[i];
+        processed_sum += static_cast<double>(processed);
+        received_sum += static_cast<double>(received[i]);
+      }
+      const double sent_fraction = received_sum > 0 ? processed_sum / received_sum : 1.0;
+      for (size_t i = 0; i < n; ++i) {
+        const double in = static_cast<double>(copies.empty() ? received[i] : copies[i]);
+        const double own = static_cast<double>(copies.empty() ? kept[i] : kept_copies[i]) * kept_fraction[i];
+        const double wire = std::max(sent * sent_fraction - own, in * kept_fraction[i] - own);
+        s.worst_wire_assignments = std::max(s.worst_wire_assignments, wire);
+      }
     }
+    // The step report's load balance: the busiest member's rows over the balanced T k.
+    double busiest = 0;
+    for (double rows : s.received_rows) busiest = std::max(busiest, rows);
+    ep_load_ratio_sum_ += busiest / static_cast<double>(tokens * routing_->top_k());
+    ++ep_load_ratio_count_;
     return s;
   }
 
@@ -527,9 +581,11 @@ struct Engine::Impl {
     const GroupPlacement& ep = placement[static_cast<size_t>(GroupKind::ep)];
     ep_out_fraction_ = routing_ && g.expert_dispatch == ExpertDispatch::hierarchical && ep.num_domains > 1
                            ? CostModel::hierarchical_out_fraction(routing_->num_experts(), routing_->top_k(), ep,
-                                                                  routing_->spec().groups,
-                                                                  routing_->spec().groups_per_token)
+                                                                  routing_->limit_units(),
+                                                                  routing_->limited() ? routing_->limit_per_token() : 0)
                            : -1;
+    ep_load_ratio_sum_ = 0;
+    ep_load_ratio_count_ = 0;
     // The classes and the switch tiers depend only on the graph and on these options.
     const bool same_slots = slots_built && slots_distinct == opt.distinct_ranks && slots_speed == opt.rank_speed;
     if (!same_slots) {
@@ -628,6 +684,7 @@ struct Engine::Impl {
     }
     result.slowest_rank = rank_of_slot(slowest);
     result.step_time = slot_end[static_cast<size_t>(slowest)];
+    result.ep_load_imbalance = ep_load_ratio_count_ > 0 ? ep_load_ratio_sum_ / static_cast<double>(ep_load_ratio_count_) : 0;
     result.timeline.step_end = result.step_time;
     const auto& b = busy[static_cast<size_t>(slowest)];
     for (const auto& [name, kind] : EnumNames<OpKind>::names) {

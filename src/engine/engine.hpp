@@ -82,6 +82,10 @@ struct StepResult {
   int64_t max_min_checks = 0;         // with EngineOptions::check_max_min
   int64_t max_min_violations = 0;
   int32_t slowest_rank = 0;
+  // Load balance of the expert layers: the busiest EP member's expert rows over the balanced
+  // T x top_k, averaged over the (layer, micro-batch, EP group) the step sampled; 0 without
+  // sampled routing.
+  double ep_load_imbalance = 0;
   // The busy time per queue and op kind (ps) of slowest_rank: the rank that ends the step, the
   // lowest-numbered of several (all breakdowns below are of this rank).
   std::vector<std::pair<OpKind, Picoseconds>> compute_busy;  // by kind

@@ -258,6 +258,33 @@ void write_routing(Writer& w, const std::optional<RoutingSampler>& routing) {
     w.raw(", \"groups_per_token\": ");
     w.number(spec.groups_per_token);
   }
+  // The other routing switches, each written only when set (docs/graph-format.md).
+  if (spec.nodes_per_token != 0) {
+    w.raw(", \"nodes_per_token\": ");
+    w.number(spec.nodes_per_token);
+  }
+  if (routing->ep_ranks_per_node() != routing->ep()) {
+    w.raw(", \"ep_ranks_per_node\": ");
+    w.number(routing->ep_ranks_per_node());
+  }
+  if (spec.devices_per_token != 0) {
+    w.raw(", \"devices_per_token\": ");
+    w.number(spec.devices_per_token);
+  }
+  if (spec.capacity_factor) {
+    w.raw(", \"capacity_factor\": ");
+    w.number(*spec.capacity_factor, "routing capacity factor");
+    w.raw(", \"capacity_policy\": ");
+    w.string(enum_name(spec.capacity_policy));
+  }
+  if (spec.bias_update_speed != 0) {
+    w.raw(", \"bias_update_speed\": ");
+    w.number(spec.bias_update_speed, "routing bias update speed");
+  }
+  if (spec.bias_start_step != 0) {
+    w.raw(", \"bias_start_step\": ");
+    w.number(spec.bias_start_step);
+  }
   if (!routing->histogram().empty()) {
     w.raw(", \"histogram\": [");
     for (size_t i = 0; i < routing->histogram().size(); ++i) {
@@ -610,6 +637,50 @@ void read_routing(const Reader& r, const json& node, const Where& where, const M
   if (const json* j = o.find("groups_per_token")) {
     spec.groups_per_token = r.integer(*j, where.at("groups_per_token"), 0, spec.groups);
   }
+  int64_t per_node = ep;
+  if (const json* j = o.find("ep_ranks_per_node")) per_node = r.integer(*j, where.at("ep_ranks_per_node"), 1, ep);
+  if (ep % per_node != 0) r.fail(where.at("ep_ranks_per_node"), "must divide ep " + std::to_string(ep));
+  if (const json* j = o.find("nodes_per_token")) {
+    spec.nodes_per_token = r.integer(*j, where.at("nodes_per_token"), 0, ep / per_node);
+  }
+  if (const json* j = o.find("devices_per_token")) spec.devices_per_token = r.integer(*j, where.at("devices_per_token"), 0, ep);
+  // The sampler's units: at most one limit, and M units holding at least top_k experts.
+  const int64_t num_limits = (spec.groups_per_token > 0) + (spec.nodes_per_token > 0) + (spec.devices_per_token > 0);
+  if (num_limits > 1) {
+    r.fail(where.at(spec.devices_per_token > 0 ? "devices_per_token" : "nodes_per_token"),
+           "only one of groups_per_token, nodes_per_token and devices_per_token may be set");
+  }
+  auto check_units = [&](const char* key, int64_t per_token, int64_t experts_per_unit) {
+    if (per_token > 0 && per_token * experts_per_unit < top_k) {
+      r.fail(where.at(key), "holds " + std::to_string(per_token * experts_per_unit) + " experts, fewer than top_k " +
+                                std::to_string(top_k));
+    }
+  };
+  check_units("groups_per_token", spec.groups_per_token, num_experts / spec.groups);
+  check_units("nodes_per_token", spec.nodes_per_token, num_experts / ep * per_node);
+  check_units("devices_per_token", spec.devices_per_token, num_experts / ep);
+  if (const json* j = o.find("capacity_factor")) {
+    spec.capacity_factor = r.amount(*j, where.at("capacity_factor"));
+    if (!(*spec.capacity_factor > 0 && *spec.capacity_factor <= limits::kMaxCapacityFactor)) {
+      r.fail(where.at("capacity_factor"), "must be positive and at most " +
+                                              detail::format_number(limits::kMaxCapacityFactor));
+    }
+  }
+  if (const json* j = o.find("capacity_policy")) {
+    spec.capacity_policy = r.name<CapacityPolicy>(*j, where.at("capacity_policy"));
+    if (spec.capacity_policy != CapacityPolicy::drop && !spec.capacity_factor) {
+      r.fail(where.at("capacity_policy"), "only applies with a capacity_factor");
+    }
+  }
+  if (const json* j = o.find("bias_update_speed")) {
+    spec.bias_update_speed = r.amount(*j, where.at("bias_update_speed"));
+    if (!(spec.bias_update_speed >= 0 && spec.bias_update_speed <= limits::kMaxBiasUpdateSpeed)) {
+      r.fail(where.at("bias_update_speed"), "must be in [0, " + detail::format_number(limits::kMaxBiasUpdateSpeed) + "]");
+    }
+  }
+  if (const json* j = o.find("bias_start_step")) {
+    spec.bias_start_step = r.integer(*j, where.at("bias_start_step"), 0, limits::kMaxBiasStartStep);
+  }
   std::vector<double> histogram;
   const json* h = o.find("histogram");
   const bool wants_histogram = spec.distribution == RoutingDistribution::histogram;
@@ -627,8 +698,9 @@ void read_routing(const Reader& r, const json& node, const Where& where, const M
     r.fail(where.at("histogram"), "missing required key (the distribution is histogram)");
   }
   o.finish({"num_experts", "top_k", "ep", "distribution", "skew", "seed", "num_sampled_steps", "histogram_file",
-            "groups", "groups_per_token", "histogram"});
-  g.routing.emplace(spec, num_experts, top_k, ep, std::move(histogram));
+            "groups", "groups_per_token", "histogram", "nodes_per_token", "ep_ranks_per_node", "devices_per_token",
+            "capacity_factor", "capacity_policy", "bias_update_speed", "bias_start_step"});
+  g.routing.emplace(spec, num_experts, top_k, ep, std::move(histogram), per_node);
 }
 
 }  // namespace

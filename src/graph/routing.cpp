@@ -35,7 +35,10 @@ constexpr uint64_t mix64(uint64_t z) {
 
 // What a generator stream is for, so that two uses of the same (step, layer, ...) never share
 // draws.
-enum class Stream : int64_t { send_counts = 1, local_expert_counts = 2, expert_permutation = 3, group_loads = 4 };
+enum class Stream : int64_t {
+  send_counts = 1, local_expert_counts = 2, expert_permutation = 3, group_loads = 4, capacity = 5, tokens = 6,
+  group_copies = 7
+};
 
 // The key of a stream: each field is added to the running hash, which is then mixed. Because mix64
 // is a bijection, tuples with a common prefix that differ in the next field always get different
@@ -248,10 +251,32 @@ void fill_conditional(std::span<const double> prob, std::span<double> conditiona
   }
 }
 
+// Systematic sampling (Madow 1949) over `order`: item order[i] is taken when the running sum of
+// inclusion probabilities crosses u + j for an integer j; with every probability <= 1 an item is
+// taken at most once and each is taken with exactly its probability. Their sum n (an integer up to
+// rounding) is the number taken. Appends the taken items to `out`.
+void systematic_sample(Xoshiro256& rng, std::span<const size_t> order, std::span<const double> inclusion,
+                       std::vector<size_t>& out) {
+  const double u = rng.uniform();
+  double before = 0;
+  for (size_t i : order) {
+    const double after = before + inclusion[i];
+    if (std::floor(after - u) > std::floor(before - u)) out.push_back(i);
+    before = after;
+  }
+}
+
+// A uniformly random order of 0..num-1 (Fisher-Yates with our own bounded draw).
+void random_order(Xoshiro256& rng, std::vector<size_t>& order, size_t num) {
+  order.resize(num);
+  std::iota(order.begin(), order.end(), size_t{0});
+  for (size_t i = num; i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+}
+
 }  // namespace
 
 RoutingSampler::RoutingSampler(const RoutingSpec& spec, int64_t num_experts, int64_t top_k,
-                               int64_t ep, std::vector<double> histogram)
+                               int64_t ep, std::vector<double> histogram, int64_t ep_ranks_per_node)
     : spec_(spec),
       distribution_(spec.distribution),
       skew_(spec.skew),
@@ -259,6 +284,7 @@ RoutingSampler::RoutingSampler(const RoutingSpec& spec, int64_t num_experts, int
       num_experts_(num_experts),
       top_k_(top_k),
       ep_(ep),
+      ranks_per_node_(ep_ranks_per_node > 0 ? ep_ranks_per_node : ep),
       histogram_(std::move(histogram)),
       lazy_tables_(std::make_unique<LazyTables>()) {
   assert(num_experts_ >= 1 && ep_ >= 1 && num_experts_ % ep_ == 0);
@@ -267,10 +293,26 @@ RoutingSampler::RoutingSampler(const RoutingSpec& spec, int64_t num_experts, int
   assert((distribution_ == RoutingDistribution::histogram) ==
          (static_cast<int64_t>(histogram_.size()) == num_experts_));
   assert(std::all_of(histogram_.begin(), histogram_.end(), [](double x) { return x >= 0; }));
-  if (distribution_ != RoutingDistribution::skewed) shared_table_ = build_table(0);
+  assert(ep_ % ranks_per_node_ == 0);
+  // At most one limit is set (the scenario checks); its units.
+  if (spec.groups_per_token > 0) {
+    limit_units_ = spec.groups;
+    limit_per_token_ = spec.groups_per_token;
+  } else if (spec.nodes_per_token > 0) {
+    limit_units_ = ep_ / ranks_per_node_;
+    limit_per_token_ = spec.nodes_per_token;
+  } else if (spec.devices_per_token > 0) {
+    limit_units_ = ep_;
+    limit_per_token_ = spec.devices_per_token;
+  }
+  assert(num_experts_ % limit_units_ == 0);
+  assert(!limited() || limit_per_token_ * (num_experts_ / limit_units_) >= top_k_);
+  if (distribution_ != RoutingDistribution::skewed && spec_.bias_update_speed == 0) shared_table_ = build_table(0);
 }
 
-std::unique_ptr<const RoutingSampler::LayerTable> RoutingSampler::build_table(int64_t layer) const {
+int64_t RoutingSampler::units_reached() const { return limited() ? std::min(limit_per_token_, top_k_) : top_k_; }
+
+std::vector<double> RoutingSampler::base_weights(int64_t layer) const {
   const auto num = static_cast<size_t>(num_experts_);
   std::vector<double> weights;
   switch (distribution_) {
@@ -297,9 +339,77 @@ std::unique_ptr<const RoutingSampler::LayerTable> RoutingSampler::build_table(in
       break;
     }
   }
+  return weights;
+}
+
+std::vector<double> RoutingSampler::assignment_probabilities(std::span<const double> weights, LayerTable* t) const {
+  std::vector<double> q = capped_probabilities(weights, top_k_);
+  if (!limited()) return q;
+  // q'_e = W'_u r_e (header): W' the units' shares under the cap 1/M, r the split inside a unit
+  // under the cap 1/ceil(k/M).
+  const auto units = static_cast<size_t>(limit_units_);
+  const auto per_unit = static_cast<size_t>(num_experts_ / limit_units_);
+  const int64_t most_in_unit = (top_k_ + limit_per_token_ - 1) / limit_per_token_;
+  std::vector<double> unit_weight(units, 0.0);
+  for (size_t u = 0; u < units; ++u) {
+    for (size_t i = per_unit; i-- > 0;) unit_weight[u] += q[u * per_unit + i];
+  }
+  std::vector<double> unit_share = capped_probabilities(unit_weight, limit_per_token_);
+  std::vector<double> within(q.size(), 0.0);
+  for (size_t u = 0; u < units; ++u) {
+    const std::span<const double> local(q.data() + u * per_unit, per_unit);
+    const std::vector<double> r = capped_probabilities(local, std::min<int64_t>(most_in_unit, static_cast<int64_t>(per_unit)));
+    for (size_t i = 0; i < per_unit; ++i) {
+      within[u * per_unit + i] = r[i];
+      q[u * per_unit + i] = unit_share[u] * r[i];
+    }
+  }
+  if (t) {
+    t->unit_fraction = unit_share;
+    t->unit_conditional.assign(units, 0.0);
+    fill_conditional(unit_share, t->unit_conditional);
+    t->within_unit = std::move(within);
+  }
+  return q;
+}
+
+std::vector<double> RoutingSampler::biases_locked(int64_t layer, int64_t sampled_step) const {
+  const int64_t step = sampled_step + spec_.bias_start_step;  // updates so far
+  const int64_t key = distribution_ == RoutingDistribution::skewed ? layer : 0;
+  BiasState& b = lazy_tables_->bias[key];
+  if (b.bias.empty() || b.step > step) b = BiasState{0, std::vector<double>(static_cast<size_t>(num_experts_), 0.0)};
+  if (b.step == step) return b.bias;
+  const std::vector<double> base = base_weights(layer);
+  const double target = 1.0 / static_cast<double>(num_experts_);
+  const double gamma = spec_.bias_update_speed;
+  std::vector<double> weights(base.size());
+  for (; b.step < step; ++b.step) {
+    for (size_t e = 0; e < base.size(); ++e) weights[e] = base[e] * std::exp(b.bias[e]);
+    const std::vector<double> q = assignment_probabilities(weights, nullptr);
+    // Sign of the load error; a relative dead band of 1e-9 keeps rounding noise of an already
+    // balanced load (uniform routing) from moving the bias.
+    for (size_t e = 0; e < base.size(); ++e) {
+      if (q[e] > target * (1 + 1e-9)) b.bias[e] -= gamma;
+      if (q[e] < target * (1 - 1e-9)) b.bias[e] += gamma;
+    }
+  }
+  return b.bias;
+}
+
+std::vector<double> RoutingSampler::expert_biases(int64_t layer, int64_t step) const {
+  if (spec_.bias_update_speed == 0) return std::vector<double>(static_cast<size_t>(num_experts_), 0.0);
+  const std::lock_guard<std::mutex> lock(lazy_tables_->mutex);
+  return biases_locked(layer, step);
+}
+
+std::unique_ptr<const RoutingSampler::LayerTable> RoutingSampler::build_table(int64_t layer,
+                                                                              std::span<const double> bias) const {
+  const auto num = static_cast<size_t>(num_experts_);
+  std::vector<double> weights = base_weights(layer);
+  for (size_t e = 0; e < bias.size(); ++e) weights[e] *= std::exp(bias[e]);
 
   auto t = std::make_unique<LayerTable>();
-  t->expert_probability = capped_probabilities(weights, top_k_);
+  t->expert_probability = assignment_probabilities(weights, t.get());
   const auto per_rank = static_cast<size_t>(experts_per_rank());
   const auto num_ranks = static_cast<size_t>(ep_);
   t->rank_fraction.assign(num_ranks, 0.0);
@@ -314,8 +424,15 @@ std::unique_ptr<const RoutingSampler::LayerTable> RoutingSampler::build_table(in
   return t;
 }
 
-const RoutingSampler::LayerTable& RoutingSampler::table(int64_t layer) const {
+const RoutingSampler::LayerTable& RoutingSampler::table(int64_t layer, int64_t step) const {
   if (shared_table_) return *shared_table_;
+  if (spec_.bias_update_speed > 0) {
+    const int64_t key = distribution_ == RoutingDistribution::skewed ? layer : 0;
+    const std::lock_guard<std::mutex> lock(lazy_tables_->mutex);
+    auto& slot = lazy_tables_->step_tables[{key, step}];
+    if (!slot) slot = build_table(layer, biases_locked(layer, step));
+    return *slot;
+  }
   if (auto it = warm_tables_.find(layer); it != warm_tables_.end()) return *it->second;
   const std::lock_guard<std::mutex> lock(lazy_tables_->mutex);
   auto& slot = lazy_tables_->tables[layer];
@@ -324,20 +441,112 @@ const RoutingSampler::LayerTable& RoutingSampler::table(int64_t layer) const {
 }
 
 void RoutingSampler::warm(std::span<const int64_t> layers) {
-  if (shared_table_) return;
+  if (shared_table_ || spec_.bias_update_speed > 0) return;
   for (int64_t layer : layers) {
     auto& slot = warm_tables_[layer];
     if (!slot) slot = build_table(layer);
   }
 }
 
-std::span<const double> RoutingSampler::expert_probabilities(int64_t layer) const {
-  return table(layer).expert_probability;
+std::span<const double> RoutingSampler::expert_probabilities(int64_t layer, int64_t step) const {
+  return table(layer, step).expert_probability;
 }
 
-double RoutingSampler::expected_fraction(int64_t layer, int64_t ep_rank) const {
+double RoutingSampler::expected_fraction(int64_t layer, int64_t ep_rank, int64_t step) const {
   assert(ep_rank >= 0 && ep_rank < ep_);
-  return table(layer).rank_fraction[static_cast<size_t>(ep_rank)];
+  return table(layer, step).rank_fraction[static_cast<size_t>(ep_rank)];
+}
+
+int64_t RoutingSampler::expert_capacity(int64_t num_tokens) const {
+  if (!spec_.capacity_factor) return -1;
+  const auto balanced = static_cast<double>(ep_ * num_tokens * top_k_) / static_cast<double>(num_experts_);
+  // The relative 1e-12 keeps rounding from adding a row: 1.1 x 1000 is 1100.0000000000002.
+  return static_cast<int64_t>(std::ceil(*spec_.capacity_factor * balanced * (1 - 1e-12)));
+}
+
+int64_t RoutingSampler::processed_rows(int64_t step, int64_t layer, int64_t micro, int64_t group_id,
+                                       int64_t ep_rank, int64_t num_tokens, int64_t received) const {
+  const int64_t capacity = expert_capacity(num_tokens);
+  if (capacity < 0) return received;
+  if (spec_.capacity_policy == CapacityPolicy::pad) return experts_per_rank() * capacity;
+  const LayerTable& t = table(layer, step);
+  Xoshiro256 rng(stream_key({seed_, static_cast<int64_t>(Stream::capacity), step, layer, micro, group_id, ep_rank}));
+  const auto per_rank = static_cast<size_t>(experts_per_rank());
+  const std::span<const double> conditional(
+      t.local_expert_conditional.data() + static_cast<size_t>(ep_rank) * per_rank, per_rank);
+  std::vector<int64_t> loads(per_rank);
+  sample_multinomial(rng, received, conditional, loads);
+  int64_t rows = 0;
+  for (int64_t load : loads) rows += std::min(load, capacity);
+  return rows;
+}
+
+std::vector<int32_t> RoutingSampler::sample_tokens(int64_t step, int64_t layer, int64_t stream,
+                                                   int64_t num_tokens) const {
+  const LayerTable& t = table(layer, step);
+  Xoshiro256 rng(stream_key({seed_, static_cast<int64_t>(Stream::tokens), step, layer, stream}));
+  std::vector<int32_t> out;
+  out.reserve(static_cast<size_t>(num_tokens * top_k_));
+  std::vector<size_t> order, units, taken;
+  if (!limited()) {
+    // k distinct experts with inclusion k q_e.
+    std::vector<double> inclusion(t.expert_probability);
+    for (double& x : inclusion) x *= static_cast<double>(top_k_);
+    for (int64_t n = 0; n < num_tokens; ++n) {
+      random_order(rng, order, inclusion.size());
+      taken.clear();
+      systematic_sample(rng, order, inclusion, taken);
+      for (size_t e : taken) out.push_back(static_cast<int32_t>(e));
+    }
+    return out;
+  }
+  const auto num_units = static_cast<size_t>(limit_units_);
+  const auto per_unit = static_cast<size_t>(num_experts_ / limit_units_);
+  const auto m = static_cast<size_t>(limit_per_token_);
+  const auto k = static_cast<size_t>(top_k_);
+  std::vector<double> unit_inclusion(t.unit_fraction);
+  for (double& x : unit_inclusion) x *= static_cast<double>(m);
+  std::vector<double> expert_inclusion(per_unit);
+  std::vector<size_t> share;
+  for (int64_t n = 0; n < num_tokens; ++n) {
+    random_order(rng, order, num_units);
+    units.clear();
+    systematic_sample(rng, order, unit_inclusion, units);
+    // Even split: k / M each, the remainder to a random subset (units is in random order already).
+    share.assign(units.size(), k / m);
+    for (size_t i = 0; i < k % m && i < units.size(); ++i) ++share[i];
+    for (size_t i = 0; i < units.size(); ++i) {
+      if (share[i] == 0) continue;
+      const size_t u = units[i];
+      for (size_t j = 0; j < per_unit; ++j) expert_inclusion[j] = static_cast<double>(share[i]) * t.within_unit[u * per_unit + j];
+      random_order(rng, order, per_unit);
+      taken.clear();
+      systematic_sample(rng, order, expert_inclusion, taken);
+      for (size_t j : taken) out.push_back(static_cast<int32_t>(u * per_unit + j));
+    }
+  }
+  return out;
+}
+
+void RoutingSampler::sample_group_copies(int64_t step, int64_t layer, int64_t micro, int64_t group_id,
+                                         int64_t num_tokens, std::span<int64_t> copies, std::span<int64_t> kept_copies,
+                                         std::span<int64_t> received, std::span<int64_t> kept) const {
+  assert(dedups_devices() && limit_units_ == ep_);
+  assert(static_cast<int64_t>(copies.size()) == ep_ && static_cast<int64_t>(kept_copies.size()) == ep_);
+  assert(static_cast<int64_t>(received.size()) == ep_ && static_cast<int64_t>(kept.size()) == ep_);
+  const LayerTable& t = table(layer, step);
+  Xoshiro256 rng(stream_key(
+      {seed_, static_cast<int64_t>(Stream::group_copies), step, layer, micro, group_id}));
+  const int64_t reached = units_reached();
+  sample_multinomial(rng, ep_ * num_tokens * reached, t.unit_conditional, copies);
+  const int64_t base = top_k_ / reached;
+  const double extra = static_cast<double>(top_k_ % reached) / static_cast<double>(reached);
+  const double from_self = 1.0 / static_cast<double>(ep_);
+  for (size_t r = 0; r < copies.size(); ++r) {
+    kept_copies[r] = sample_binomial(rng, copies[r], from_self);
+    kept[r] = kept_copies[r] * base + sample_binomial(rng, kept_copies[r], extra);
+    received[r] = kept[r] + (copies[r] - kept_copies[r]) * base + sample_binomial(rng, copies[r] - kept_copies[r], extra);
+  }
 }
 
 void RoutingSampler::sample_send_counts(int64_t step, int64_t layer, int64_t micro,
@@ -345,7 +554,7 @@ void RoutingSampler::sample_send_counts(int64_t step, int64_t layer, int64_t mic
                                         std::span<int64_t> out) const {
   assert(static_cast<int64_t>(out.size()) == ep_);
   assert(num_tokens >= 0);
-  const LayerTable& t = table(layer);
+  const LayerTable& t = table(layer, step);
   Xoshiro256 rng(stream_key(
       {seed_, static_cast<int64_t>(Stream::send_counts), step, layer, micro, sender_rank}));
   sample_multinomial(rng, num_tokens * top_k_, t.rank_conditional, out);
@@ -357,7 +566,7 @@ void RoutingSampler::sample_local_expert_counts(int64_t step, int64_t layer, int
   assert(static_cast<int64_t>(out.size()) == experts_per_rank());
   assert(ep_rank >= 0 && ep_rank < ep_);
   assert(received >= 0);
-  const LayerTable& t = table(layer);
+  const LayerTable& t = table(layer, step);
   Xoshiro256 rng(stream_key({seed_, static_cast<int64_t>(Stream::local_expert_counts), step, layer,
                              micro, receiver_rank, ep_rank}));
   const auto per_rank = static_cast<size_t>(experts_per_rank());
@@ -371,7 +580,7 @@ void RoutingSampler::sample_group_loads(int64_t step, int64_t layer, int64_t mic
                                         std::span<int64_t> kept) const {
   assert(static_cast<int64_t>(received.size()) == ep_ && static_cast<int64_t>(kept.size()) == ep_);
   assert(num_tokens >= 0);
-  const LayerTable& t = table(layer);
+  const LayerTable& t = table(layer, step);
   Xoshiro256 rng(stream_key(
       {seed_, static_cast<int64_t>(Stream::group_loads), step, layer, micro, group_id}));
   sample_multinomial(rng, ep_ * num_tokens * top_k_, t.rank_conditional, received);

@@ -12,6 +12,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "core/error.hpp"
 #include "graph/layer_ops.hpp"
 #include "graph/pipeline_schedule.hpp"
 #include "graph/loss_ops.hpp"
@@ -930,10 +931,49 @@ StepGraph build_step_graph(const Scenario& s) {
     }
   }
   if (s.model.moe) {
+    const int64_t per_node = routing_ranks_per_node(s, g.plan);
     g.routing.emplace(s.spec.routing, s.model.moe->num_experts, s.model.moe->top_k, g.plan.group_size(GroupKind::ep),
-                      s.routing_histogram);
+                      s.routing_histogram, per_node);
   }
   return g;
+}
+
+int64_t routing_ranks_per_node(const Scenario& s, const ParallelPlan& plan) {
+  const int64_t per_node = ep_ranks_per_node(plan, s.hardware.fabric.scale_up.domain_size);
+  const RoutingSpec& r = s.spec.routing;
+  if (r.nodes_per_token > 0 && s.model.moe) {
+    if (per_node == 0) {
+      throw InputError(s.file, "/routing/nodes_per_token",
+                       "the EP group's ranks do not fill scale-up domains in equal consecutive blocks, so nodes "
+                       "cannot be units of routing");
+    }
+    const int64_t held = r.nodes_per_token * per_node * (s.model.moe->num_experts / plan.group_size(GroupKind::ep));
+    if (held < s.model.moe->top_k) {
+      throw InputError(s.file, "/routing/nodes_per_token",
+                       "holds " + std::to_string(held) + " experts, fewer than top_k (" +
+                           std::to_string(s.model.moe->top_k) + ")");
+    }
+  }
+  return per_node;
+}
+
+int64_t ep_ranks_per_node(const ParallelPlan& plan, int64_t domain_size) {
+  const std::vector<int64_t> members = plan.members(0, GroupKind::ep);
+  if (members.empty() || domain_size <= 0) return 0;
+  int64_t block = 0;  // members of the first domain
+  int64_t run = 0;
+  for (size_t i = 0; i < members.size(); ++i) {
+    const bool same = i > 0 && members[i] / domain_size == members[i - 1] / domain_size;
+    if (i > 0 && !same) {
+      if (members[i] / domain_size < members[i - 1] / domain_size) return 0;  // not consecutive blocks
+      if (block == 0) block = run;
+      if (run != block) return 0;
+      run = 0;
+    }
+    ++run;
+  }
+  if (block == 0) block = run;
+  return run == block ? block : 0;
 }
 
 }  // namespace moesim

@@ -34,6 +34,12 @@ struct StepGraph {
 };
 
 StepGraph build_step_graph(const Scenario& scenario);
+// EP ranks per scale-up domain when the EP group (that of rank 0) fills domains of `domain_size`
+// in equal consecutive blocks, the units of node-limited routing; 0 when it does not.
+int64_t ep_ranks_per_node(const ParallelPlan& plan, int64_t domain_size);
+// The same for the scenario's hardware, checked against routing.nodes_per_token (InputError at
+// that path when the group cannot be split into nodes or M nodes hold fewer than top_k experts).
+int64_t routing_ranks_per_node(const Scenario& scenario, const ParallelPlan& plan);
 
 // Each pipeline stage's persistent state per rank (weights, master weights, gradients, optimizer
 // states by ZeRO stage; the runtime and communicator buffers are not included): what

@@ -104,6 +104,9 @@ std::vector<std::string> not_modelled(const Scenario& s) {
   if (s.model.vision) {
     out.push_back("the vision encoder: the step is text only, without its ops or its weights in memory");
   }
+  if (s.model.moe && s.spec.parallel.ep == 1 && s.spec.routing.capacity_factor) {
+    out.push_back("routing.capacity_factor without expert parallelism: every rank computes its experts' dropless loads");
+  }
   return out;
 }
 
@@ -125,6 +128,11 @@ StepReport make_step_report(const Scenario& s, const StepGraph& g, const GraphSt
   r.step_time_p50_s = percentile(r.step_times_s, 50);
   r.step_time_p99_s = percentile(r.step_times_s, 99);
   r.tokens_per_s = static_cast<double>(r.tokens_per_step) / r.step_time_s;
+  if (std::any_of(steps.begin(), steps.end(), [](const StepResult& st) { return st.ep_load_imbalance > 0; })) {
+    for (const StepResult& st : steps) r.ep_load_imbalance.push_back(st.ep_load_imbalance);
+    r.ep_load_imbalance_p50 = percentile(r.ep_load_imbalance, 50);
+    r.ep_load_imbalance_p99 = percentile(r.ep_load_imbalance, 99);
+  }
   r.model_flops_per_step = stats.model_flops_per_step;
   r.flops_per_step = stats.flops_per_step;
   const auto peak = s.hardware.device.peak_flops.of(s.spec.training.precision.compute);
@@ -220,6 +228,12 @@ std::string step_report_text(const StepReport& r) {
   std::snprintf(line, sizeof line, "  throughput        %.4g tokens/s (%.4g tokens per step)\n", r.tokens_per_s,
                 static_cast<double>(r.tokens_per_step));
   out << line;
+  if (!r.ep_load_imbalance.empty()) {
+    std::snprintf(line, sizeof line,
+                  "  expert load       busiest EP rank %.3fx the balanced load P50, %.3fx P99 (mean over MoE layers)\n",
+                  r.ep_load_imbalance_p50, r.ep_load_imbalance_p99);
+    out << line;
+  }
   std::snprintf(line, sizeof line, "  MFU               %.1f%%   (HFU %.1f%%, peak %s per device)\n", 100 * r.mfu,
                 100 * r.hfu, format_quantity(r.peak_flops_per_device, Dimension::flops_per_s).c_str());
   out << line;
@@ -299,6 +313,11 @@ std::string step_report_json(const StepReport& r) {
   }
   j["tokens_per_step"] = r.tokens_per_step;
   j["tokens_per_s"] = r.tokens_per_s;
+  if (!r.ep_load_imbalance.empty()) {
+    j["ep_load_imbalance"] = {{"per_step", r.ep_load_imbalance},
+                              {"p50", r.ep_load_imbalance_p50},
+                              {"p99", r.ep_load_imbalance_p99}};
+  }
   j["model_flops_per_step"] = r.model_flops_per_step;
   j["flops_per_step"] = r.flops_per_step;
   j["peak_flops_per_device"] = r.peak_flops_per_device;

@@ -30,6 +30,12 @@ struct StepReport {
   // How far the model's step times were from measurements on this hardware (error_band.hpp).
   ErrorBand error_band;
   double tokens_per_s = 0;
+  // Expert load balance per sampled step (StepResult::ep_load_imbalance: the busiest EP rank's
+  // expert rows over the balanced T x top_k, averaged over the step's MoE layers), and its P50/P99;
+  // empty for a step without sampled expert routing.
+  std::vector<double> ep_load_imbalance;
+  double ep_load_imbalance_p50 = 0;
+  double ep_load_imbalance_p99 = 0;
   // Process groups whose members span more than one scale-up domain (their collectives cross the
   // scale-out network): (group kind, size, domains spanned), for the kinds the step communicates over.
   struct SpanningGroup {

@@ -395,6 +395,31 @@ class ScenarioChecker {
                                               " experts, fewer than top_k (" + str(model_.moe->top_k) + ")");
       }
     }
+    // One limit at a time: each names the units a token's experts may span.
+    const int limits = (r.groups_per_token > 0) + (r.nodes_per_token > 0) + (r.devices_per_token > 0);
+    if (r.nodes_per_token > 0 && !model_.moe) fail("/routing/nodes_per_token", model_.name + " has no experts to route to");
+    if (r.devices_per_token > 0 && !model_.moe) fail("/routing/devices_per_token", model_.name + " has no experts to route to");
+    if (limits > 1) {
+      fail(r.devices_per_token > 0 ? "/routing/devices_per_token" : "/routing/nodes_per_token",
+           "only one of groups_per_token, nodes_per_token and devices_per_token may limit a token's experts");
+    }
+    if (r.devices_per_token > 0) {
+      const int64_t ep = spec_.parallel.ep;
+      if (r.devices_per_token > ep) {
+        fail("/routing/devices_per_token", "must be at most parallel.ep (" + str(ep) + "), got " + str(r.devices_per_token));
+      }
+      const int64_t held = r.devices_per_token * (model_.moe->num_experts / std::max<int64_t>(ep, 1));
+      if (held < model_.moe->top_k) {
+        fail("/routing/devices_per_token",
+             "holds " + str(held) + " experts, fewer than top_k (" + str(model_.moe->top_k) + ")");
+      }
+    }
+    if (r.capacity_factor && !model_.moe) fail("/routing/capacity_factor", model_.name + " has no experts to route to");
+    if (r.capacity_policy != CapacityPolicy::drop && !r.capacity_factor) {
+      fail("/routing/capacity_policy", "only applies with a capacity_factor");
+    }
+    if (r.bias_update_speed > 0 && !model_.moe) fail("/routing/bias_update_speed", model_.name + " has no experts to route to");
+    if (r.bias_start_step > 0 && r.bias_update_speed == 0) fail("/routing/bias_start_step", "only applies with a bias_update_speed");
   }
 
   void check_fused_ops() const {

@@ -179,10 +179,35 @@ void declare_fields(F& f, RoutingSpec& s) {
              "experts; 1: none.",
              positive(limits::kMaxExperts));
   f.optional("groups_per_token", s.groups_per_token, int64_t{0},
-             "Groups a token's experts come from (DeepSeek-V3's topk_group, 4). With groups aligned to scale-up "
-             "domains it bounds the domains a hierarchical dispatch reaches; the experts' loads stay as the "
-             "distribution says. 0: no limit.",
+             "Groups a token's experts come from (DeepSeek-V3's topk_group, 4), its top_k split evenly over them; "
+             "sets expert loads and, with groups aligned to scale-up domains, the domains a hierarchical dispatch "
+             "reaches (docs/modelling.md#routing). 0: no limit.",
              non_negative(limits::kMaxExperts));
+  f.optional("nodes_per_token", s.nodes_per_token, int64_t{0},
+             "Node-limited routing (DeepSeek-V3: 4): a token's experts lie on at most this many scale-up domains of "
+             "its EP group, its top_k split evenly over them; sets expert loads and all-to-all bytes "
+             "(docs/modelling.md). 0: no limit.",
+             non_negative(limits::kMaxDevices));
+  f.optional("devices_per_token", s.devices_per_token, int64_t{0},
+             "Device-limited routing (DeepSeek-V2: 3): a token's experts lie on at most this many EP ranks, its "
+             "top_k split evenly over them, and the dispatch sends the token once per destination rank. 0: no "
+             "limit.",
+             non_negative(limits::kMaxDevices));
+  f.maybe("capacity_factor", s.capacity_factor,
+          "Expert capacity C = ceil(factor x ep x T x top_k / experts) assignments per expert per micro-batch, T "
+          "the routed tokens per EP rank: over the whole EP group's tokens. Absent or null: dropless.",
+          positive(limits::kMaxCapacityFactor));
+  f.optional("capacity_policy", s.capacity_policy, CapacityPolicy::drop,
+             "With a capacity: drop sends and computes min(load, C) per expert; pad drops the same and pads every "
+             "expert's input to exactly C rows, the all-to-all carrying the padded buffers.");
+  f.optional("bias_update_speed", s.bias_update_speed, 0.0,
+             "Auxiliary-loss-free load balancing (DeepSeek-V3's bias update speed): after each sampled step every "
+             "expert's routing bias moves this much towards balance, in log-popularity units. 0: off.",
+             non_negative(limits::kMaxBiasUpdateSpeed));
+  f.optional("bias_start_step", s.bias_start_step, int64_t{0},
+             "With bias balancing: the training step the first sampled step stands for (its biases have had this "
+             "many updates from the distribution's start), so a run can ask for the balanced steady state.",
+             non_negative(limits::kMaxBiasStartStep));
 }
 
 template <class F>

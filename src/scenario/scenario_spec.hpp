@@ -35,6 +35,9 @@ enum class RecomputePolicy { none, selective, full };
 enum class ExpertDispatch { direct, hierarchical };
 enum class LossKind { full, chunked, cce };
 enum class RoutingDistribution { uniform, skewed, histogram };
+// What an expert does with assignments beyond its capacity (routing.capacity_factor): drop them,
+// or drop them and pad every expert's input up to the capacity (fixed-shape buffers).
+enum class CapacityPolicy { drop, pad };
 
 // Projections a LoRA adapter can be attached to. Names follow the usual module names; the
 // dense_ffn, shared_experts and routed_experts targets cover all matrices of those FFNs.
@@ -213,6 +216,20 @@ struct RoutingSpec {
   // groups and a token's top_k come from `groups_per_token` of them; 0: no limit.
   int64_t groups = 1;
   int64_t groups_per_token = 0;
+  // Node-limited routing (DeepSeek-V3): a token's experts on at most this many scale-up domains
+  // of its EP group; 0: no limit.
+  int64_t nodes_per_token = 0;
+  // Device-limited routing (DeepSeek-V2): a token's experts on at most this many EP ranks, the
+  // token sent once per destination rank; 0: no limit.
+  int64_t devices_per_token = 0;
+  // Expert capacity, as a multiple of the balanced load; absent: dropless.
+  std::optional<double> capacity_factor;
+  CapacityPolicy capacity_policy = CapacityPolicy::drop;
+  // Auxiliary-loss-free bias balancing (DeepSeek-V3): each step every expert's bias moves by this
+  // much (log-popularity units) towards balance; 0: off.
+  double bias_update_speed = 0;
+  // The training step the first sampled step stands for: its biases have had this many updates.
+  int64_t bias_start_step = 0;
 };
 
 // How an MoE layer hides its expert all-to-all (docs/modelling.md#expert-dispatch-overlap).
@@ -389,6 +406,13 @@ struct EnumNames<RoutingDistribution> {
       {"uniform", RoutingDistribution::uniform},
       {"skewed", RoutingDistribution::skewed},
       {"histogram", RoutingDistribution::histogram},
+  }};
+};
+template <>
+struct EnumNames<CapacityPolicy> {
+  static constexpr std::array<std::pair<std::string_view, CapacityPolicy>, 2> names{{
+      {"drop", CapacityPolicy::drop},
+      {"pad", CapacityPolicy::pad},
   }};
 };
 template <>

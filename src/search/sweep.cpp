@@ -28,9 +28,15 @@ bool cannot_fit(double bound_bytes, double hbm_capacity_bytes) {
 
 namespace {
 
+// Every routing field: two specs with the same key draw the same loads.
 std::string routing_key(const RoutingSpec& r) {
   return std::string(enum_name(r.distribution)) + "|" + std::to_string(r.skew) + "|" + r.histogram + "|" +
-         std::to_string(r.seed) + "|" + std::to_string(r.num_sampled_steps);
+         std::to_string(r.seed) + "|" + std::to_string(r.num_sampled_steps) + "|" + std::to_string(r.groups) + "|" +
+         std::to_string(r.groups_per_token) + "|" + std::to_string(r.nodes_per_token) + "|" +
+         std::to_string(r.devices_per_token) + "|" +
+         (r.capacity_factor ? std::to_string(*r.capacity_factor) : std::string("dropless")) + "|" +
+         std::string(enum_name(r.capacity_policy)) + "|" + std::to_string(r.bias_update_speed) + "|" +
+         std::to_string(r.bias_start_step);
 }
 
 std::string gigabytes(double bytes) {
@@ -116,7 +122,7 @@ StepReport ConfigEvaluator::simulate(const Scenario& s, const LoadedConfig& load
     st.sampler.reset();
     if (s.model.moe) {
       st.sampler.emplace(s.spec.routing, s.model.moe->num_experts, s.model.moe->top_k, s.spec.parallel.ep,
-                         s.routing_histogram);
+                         s.routing_histogram, routing_ranks_per_node(s, st.graph->plan));
     }
     st.routing = routing;
     st.stats = compute_stats(*st.graph, st.sampler ? &*st.sampler : nullptr);

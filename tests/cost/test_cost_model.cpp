@@ -207,15 +207,18 @@ TEST_CASE("hierarchical dispatch: a token crosses the network once per remote do
   CHECK(hier < 0.7 * direct);
 }
 
-TEST_CASE("group-limited routing: a token reaches only its groups' domains (DeepSeek-V3: 4 of 8 groups)") {
+TEST_CASE("limited routing: a token reaches only its units' domains (DeepSeek-V3: 4 of 8 groups)") {
   const GroupPlacement ep64{64, 8, 8};  // one routing group of 32 experts per domain
   const double limited = CostModel::hierarchical_out_fraction(256, 8, ep64, 8, 4);
   const double free = CostModel::hierarchical_out_fraction(256, 8, ep64);
   CHECK(limited < free);
   CHECK(limited * 8 <= 4.0);  // at most 4 domains, of which the sender's may be one
-  // Against sampling: 4 groups uniformly, then 8 distinct experts among their 128.
+  // The even split (routing.hpp): 4 groups uniformly, 2 experts in each, so the token reaches
+  // exactly its 4 groups' domains, 7/8 of which are remote on average: 3.5 of 8 copies.
+  CHECK(limited == doctest::Approx(3.5 / 8).epsilon(1e-12));
+  // Against sampling the same token model: the remote domains among 4 uniformly chosen of 8.
   std::mt19937_64 rng(11);
-  std::vector<int> groups(8), experts(128);
+  std::vector<int> groups(8);
   const int tokens = 200000;
   double remote = 0;
   for (int t = 0; t < tokens; ++t) {
@@ -223,18 +226,18 @@ TEST_CASE("group-limited routing: a token reaches only its groups' domains (Deep
     for (int i = 0; i < 4; ++i) {
       std::uniform_int_distribution<int> pick(i, 7);
       std::swap(groups[static_cast<size_t>(i)], groups[static_cast<size_t>(pick(rng))]);
+      if (groups[static_cast<size_t>(i)] != 0) remote += 1;  // the sender sits in domain 0
     }
-    std::iota(experts.begin(), experts.end(), 0);
-    std::set<int> domains;
-    for (int i = 0; i < 8; ++i) {
-      std::uniform_int_distribution<int> pick(i, 127);
-      std::swap(experts[static_cast<size_t>(i)], experts[static_cast<size_t>(pick(rng))]);
-      const int domain = groups[static_cast<size_t>(experts[static_cast<size_t>(i)] / 32)];
-      if (domain != 0) domains.insert(domain);
-    }
-    remote += static_cast<double>(domains.size());
   }
   CHECK(limited == doctest::Approx(remote / tokens / 8).epsilon(0.005));
+  // One node per token (M = 1): remote with probability 7/8, one copy of 8.
+  CHECK(CostModel::hierarchical_out_fraction(256, 8, ep64, 8, 1) == doctest::Approx(7.0 / 64).epsilon(1e-12));
+  // Device-limited over the 64 ranks, 3 per token: 3 ranks uniformly of 64, 8 ranks per domain.
+  const double missed = (56.0 / 64) * (55.0 / 63) * (54.0 / 62);
+  CHECK(CostModel::hierarchical_out_fraction(256, 8, ep64, 64, 3) == doctest::Approx(7 * (1 - missed) / 8).epsilon(1e-12));
+  // More units than assignments: a top-2 token reaches 2 of its 4 groups.
+  CHECK(CostModel::hierarchical_out_fraction(256, 2, ep64, 8, 4) ==
+        doctest::Approx(7 * (1 - 7.0 / 8 * 6.0 / 7) / 2).epsilon(1e-12));  // r = 2 units of 8, one per domain
   // Groups that do not each sit in one domain bound nothing: the unlimited expectation.
   CHECK(CostModel::hierarchical_out_fraction(256, 8, GroupPlacement{64, 16, 4}, 8, 4) ==
         CostModel::hierarchical_out_fraction(256, 8, GroupPlacement{64, 16, 4}));

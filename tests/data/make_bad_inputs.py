@@ -163,6 +163,14 @@ write("straggler-rank", mutate(scenario, setp("/stragglers", [{"ranks": [3, 128]
 write("straggler-speedup", mutate(scenario, setp("/stragglers", [{"ranks": [3], "slowdown": 0.5}])), "scenario", "/stragglers/0/slowdown", "must be in [1, 1000], got 0.5")
 write("fragmentation", mutate(scenario, setp("/memory", {"allocator_fragmentation": 1.5})), "scenario", "/memory/allocator_fragmentation", "must be in [0, 1], got 1.5")
 write("runtime-unit", mutate(scenario, setp("/memory", {"runtime_reserved": "1 GHz"})), "scenario", "/memory/runtime_reserved", "is not a unit of bytes")
+write("devices-per-token-over-ep", mutate(scenario, setp("/routing/devices_per_token", 65)), "scenario", "/routing/devices_per_token", "must be at most parallel.ep (64), got 65")
+write("devices-per-token-too-few", mutate(scenario, setp("/routing/devices_per_token", 1)), "scenario", "/routing/devices_per_token", "holds 14 experts, fewer than top_k (16)")
+write("two-routing-limits", mutate(scenario, lambda d: d["routing"].update(nodes_per_token=1, devices_per_token=2)), "scenario", "/routing/devices_per_token", "only one of groups_per_token, nodes_per_token and devices_per_token")
+write("capacity-zero", mutate(scenario, setp("/routing/capacity_factor", 0)), "scenario", "/routing/capacity_factor", "must be positive, got 0")
+write("capacity-text", mutate(scenario, setp("/routing/capacity_factor", "1.25")), "scenario", "/routing/capacity_factor", "expected a number")
+write("capacity-policy-alone", mutate(scenario, setp("/routing/capacity_policy", "pad")), "scenario", "/routing/capacity_policy", "only applies with a capacity_factor")
+write("capacity-policy-kind", mutate(scenario, lambda d: d["routing"].update(capacity_factor=1.0, capacity_policy="trim")), "scenario", "/routing/capacity_policy", "trim")
+write("bias-speed-negative", mutate(scenario, setp("/routing/bias_update_speed", -1)), "scenario", "/routing/bias_update_speed", "must be in [0, 10], got -1")
 
 os.makedirs(os.path.join(OUT, "routing"), exist_ok=True)
 with open(os.path.join(OUT, "routing", "short-histogram.json"), "w") as f:
@@ -313,6 +321,8 @@ graph_case("number-1e400", None, "/programs/0/ops/0/comm_bytes", "beyond the ran
            raw=graph_text.replace('"comm_bytes": 16', '"comm_bytes": 1e400', 1))
 graph_case("deep", None, "/scenario" + "/0" * (DEPTH - 1), "nested more than 128 levels deep", "crash",
            raw=graph_text.replace('"scenario": "tiny"', '"scenario": ' + deep, 1))
+graph_case("capacity-policy", mutate(graph, setp("/routing", {"num_experts": 8, "top_k": 1, "ep": 1, "capacity_policy": "pad"})), "/routing/capacity_policy", "only applies with a capacity_factor", "schema")
+graph_case("two-limits", mutate(graph, setp("/routing", {"num_experts": 8, "top_k": 2, "ep": 1, "groups": 2, "groups_per_token": 1, "devices_per_token": 1})), "/routing/devices_per_token", "only one of groups_per_token, nodes_per_token and devices_per_token", "schema")
 graph_case("sampled-steps", mutate(graph, setp("/routing", {"num_experts": 8, "top_k": 1, "ep": 1, "num_sampled_steps": 10**6})), "/routing/num_sampled_steps", "must be between 1 and 1000", "unbounded")
 
 # PyTorch profiler traces (calibrate / validate --from-trace): a tiny valid trace, then one mistake each.

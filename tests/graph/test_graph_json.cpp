@@ -412,3 +412,39 @@ TEST_CASE("malformed graph files are InputErrors naming the JSON path") {
     }
   }
 }
+
+TEST_CASE("the routing mechanisms (limits, capacity, bias balancing) round-trip and rebuild the sampler") {
+  json j = json::parse(export_graph_json(tiny_graph()));
+  j["routing"] = json{{"num_experts", 8}, {"top_k", 2}, {"ep", 2}, {"distribution", "skewed"}, {"skew", 1.0},
+                      {"nodes_per_token", 1}, {"ep_ranks_per_node", 1}, {"capacity_factor", 1.25},
+                      {"capacity_policy", "pad"}, {"bias_update_speed", 0.1}, {"bias_start_step", 3}};
+  const StepGraph g = import_graph_json(j.dump(), "r.json");
+  REQUIRE(g.routing.has_value());
+  CHECK(g.routing->limited());
+  CHECK(g.routing->limit_units() == 2);  // 2 EP ranks, one a node
+  CHECK(g.routing->ep_ranks_per_node() == 1);
+  CHECK(g.routing->expert_capacity(100) == 63);  // ceil(1.25 * 2 * 100 * 2 / 8) = ceil(62.5)
+  CHECK(g.routing->spec().capacity_policy == CapacityPolicy::pad);
+  CHECK(g.routing->spec().bias_start_step == 3);
+  const std::string text = check_round_trip(g);
+  for (const char* key : {"nodes_per_token", "ep_ranks_per_node", "capacity_factor", "capacity_policy",
+                          "bias_update_speed", "bias_start_step"}) {
+    CHECK(text.find(std::string("\"") + key + "\"") != std::string::npos);
+  }
+  // Not written when unset: the default graph's routing block stays as it was.
+  CHECK(export_graph_json(tiny_graph()).find("capacity_factor") == std::string::npos);
+
+  j["routing"]["devices_per_token"] = 1;
+  CHECK(error_path(j) == "/routing/devices_per_token");  // two limits
+  j["routing"].erase("devices_per_token");
+  j["routing"]["ep_ranks_per_node"] = 3;
+  CHECK(error_path(j) == "/routing/ep_ranks_per_node");
+  j["routing"]["ep_ranks_per_node"] = 1;
+  j["routing"]["capacity_factor"] = 0;
+  CHECK(error_path(j) == "/routing/capacity_factor");
+  j["routing"].erase("capacity_factor");
+  CHECK(error_path(j) == "/routing/capacity_policy");  // pad without a capacity
+  j["routing"]["capacity_policy"] = "drop";
+  j["routing"]["bias_update_speed"] = -1;
+  CHECK(error_path(j) == "/routing/bias_update_speed");
+}

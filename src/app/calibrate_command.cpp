@@ -6,21 +6,26 @@
 
 #include "backend/cuda/calibrate.hpp"
 #include "backend/cuda/device.hpp"
+#include "backend/rank_bootstrap.hpp"
 #include "core/error.hpp"
 #include "core/output_file.hpp"
 
 namespace moesim {
 
-std::string run_calibrate_command(const CalibrateCommand& c) {
-  // No GPU is the user's environment, not a defect: exit 2 with what to check.
-  if (cuda::device_count() == 0) {
-    throw InputError("moesim calibrate", "", "no CUDA device is visible (check the driver and CUDA_VISIBLE_DEVICES)");
-  }
-  const int visible = cuda::device_count();
-  if (c.num_devices > visible) {
-    throw InputError("--devices", "", "asks for " + std::to_string(c.num_devices) + " GPUs; " + std::to_string(visible) +
-                                          " are visible (check CUDA_VISIBLE_DEVICES)");
-  }
+std::string run_calibrate_command(const CalibrateCommand& c, Distributed& job) {
+  // No GPU is the user's environment, not a defect: exit 2 with what to check (on every process
+  // of a job when one of its nodes has none).
+  cuda::agree_on_input(job, [&] {
+    const int visible = cuda::device_count();
+    if (visible == 0) {
+      throw InputError("moesim calibrate", "", "no CUDA device is visible (check the driver and CUDA_VISIBLE_DEVICES)");
+    }
+    // One process drives the first N local GPUs; under mpirun each process drives one.
+    if (job.size() == 1 && c.num_devices > visible) {
+      throw InputError("--devices", "", "asks for " + std::to_string(c.num_devices) + " GPUs; " + std::to_string(visible) +
+                                            " are visible (check CUDA_VISIBLE_DEVICES)");
+    }
+  });
   cuda::CalibrateOptions opt;
   opt.quick = c.quick;
   opt.num_devices = static_cast<int>(c.num_devices);
@@ -28,7 +33,8 @@ std::string run_calibrate_command(const CalibrateCommand& c) {
   opt.attention_scenario = c.attention_scenario;
   opt.command = c.command;
   opt.log = [](const std::string& line) { std::cerr << "calibrate: " << line << "\n"; };
-  const cuda::CalibrationRun run = cuda::run_calibration(opt);
+  const cuda::CalibrationRun run = cuda::run_calibration(opt, job);
+  if (job.rank() != 0) return {};
   if (c.out.empty()) {
     std::cerr << run.summary;
     return run.json;

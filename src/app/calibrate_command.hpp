@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // `moesim calibrate [--devices N] [--only FAMILIES] [--scenario S] [--out FILE] [--quick]`: runs
-// the backend's micro-benchmarks on the local GPUs and writes a calibration file
-// (docs/calibration/format.md). The options are read and checked in every build
+// the backend's micro-benchmarks on the local GPUs, or with `mpirun -np N` on one GPU per process
+// (collectives across the processes, and across nodes when the job spans several), and writes a
+// calibration file (docs/calibration/format.md). The options are read and checked in every build
 // (check_calibrate_command, no GPU needed); the benchmarks run only in CUDA builds, from the GPU
 // module (gpu_commands.hpp).
 #pragma once
@@ -10,6 +11,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "core/distributed.hpp"
 
 namespace moesim {
 
@@ -35,7 +38,7 @@ struct CalibrateCommand {
 // family known, the scenario readable. Throws InputError naming the flag.
 void check_calibrate_command(CalibrateCommand& c, const std::string& only_text, std::optional<int64_t> devices);
 
-// Returns the text to print on stdout (CUDA builds: the GPU module).
-std::string run_calibrate_command(const CalibrateCommand& c);
+// Returns the text to print on stdout (under mpirun: process 0; the others return nothing).
+std::string run_calibrate_command(const CalibrateCommand& c, Distributed& job);
 
 }  // namespace moesim

@@ -13,13 +13,15 @@ namespace moesim {
 
 struct GpuCommands {
   int abi = 0;  // kGpuCommandsAbi of the module; a module from another build is refused
-  std::string (*calibrate)(const CalibrateCommand&) = nullptr;
-  std::string (*run)(const RunCommand&) = nullptr;
-  std::string (*validate)(const RunCommand&) = nullptr;
+  // Each runs over the job's processes (core/distributed.hpp: one, or one rank per process under
+  // mpirun; the binary starts MPI, the module never calls it) and returns process 0's output.
+  std::string (*calibrate)(const CalibrateCommand&, Distributed&) = nullptr;
+  std::string (*run)(const RunCommand&, Distributed&) = nullptr;
+  std::string (*validate)(const RunCommand&, Distributed&) = nullptr;
 };
 
 // Bumped whenever GpuCommands or the option structs change.
-inline constexpr int kGpuCommandsAbi = 2;
+inline constexpr int kGpuCommandsAbi = 3;
 
 // The module's entry point (extern "C", so that the loader finds it by name).
 inline constexpr const char* kGpuCommandsSymbol = "moesim_gpu_commands";

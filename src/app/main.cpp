@@ -32,7 +32,11 @@
 #include "core/json_input.hpp"
 #include "cost/calibration.hpp"
 #ifdef MOESIM_GPU_MODULE
+#include <functional>
+#include <memory>
+
 #include "app/gpu_commands.hpp"  // built with -Dcuda: calibrate, run, validate, from their own module
+#include "search/distributed.hpp"
 #endif
 
 namespace {
@@ -59,6 +63,35 @@ struct Options {
 };
 
 void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
+
+#ifdef MOESIM_GPU_MODULE
+// The GPU commands run over the job's processes: one, or one rank of the plan each under mpirun
+// (start_distributed starts MPI then, as for `moesim sweep`; only these commands and sweep do).
+// Process 0 prints. Input errors are the same on every process (the same inputs, or made so by
+// backend/rank_bootstrap.hpp agree_on_input) or come on process 0 after the last collective (an
+// output file), so process 0 reports them and ends with exit code 2, which mpirun returns; the
+// others end quietly with 0 (a non-zero exit or MPI_Abort elsewhere would let mpirun kill
+// process 0 before it has said why). Any other error ends the whole job (MPI_Abort), so that none
+// waits in NCCL or MPI for the process that failed.
+int run_gpu_command(const std::function<std::string(moesim::Distributed&)>& command) {
+  const std::unique_ptr<moesim::Distributed> job = moesim::start_distributed();
+  try {
+    const std::string out = command(*job);
+    if (job->rank() == 0) print(out);
+    return 0;
+  } catch (const moesim::InputError& e) {
+    if (job->size() == 1) throw;
+    if (job->rank() != 0) return 0;
+    std::cerr << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    if (job->size() == 1) throw;
+    std::cerr << "moesim: internal error on MPI rank " << job->rank() << ": " << e.what() << "\n";
+    job->abort(kExitInternal);
+  }
+  return kExitInternal;  // not reached: abort() ends the job
+}
+#endif
 
 // The hardware's calibration file, read whole now (the cost model reads its tables later), so that
 // `hardware info` and `scenario info` refuse a bad table as simulate would.
@@ -293,14 +326,12 @@ int main(int argc, char** argv) {
       }
 #ifdef MOESIM_GPU_MODULE
       if (calibrate->parsed()) {
-        print(gpu_commands().calibrate(calibrate_opt));
-        return 0;
+        return run_gpu_command([&](Distributed& job) { return gpu_commands().calibrate(calibrate_opt, job); });
       }
       if (run_opt.scenario.empty()) throw InputError("SCENARIO", "", "is required (or --from-trace TRACE --scenario SCENARIO)");
       run_opt.json = trace_opt.json;
       run_opt.hardware = trace_opt.hardware;
-      print(gpu_commands().validate(run_opt));
-      return 0;
+      return run_gpu_command([&](Distributed& job) { return gpu_commands().validate(run_opt, job); });
 #else
       throw InputError(calibrate->parsed() ? "calibrate" : "validate", "", std::string("this moesim was built without CUDA: give --from-trace TRACE --scenario SCENARIO to ") +
                                      (calibrate->parsed() ? "fit a calibration file to" : "validate against") +
@@ -309,8 +340,7 @@ int main(int argc, char** argv) {
     }
 #ifdef MOESIM_GPU_MODULE
     if (run->parsed()) {
-      print(gpu_commands().run(run_opt));
-      return 0;
+      return run_gpu_command([&](Distributed& job) { return gpu_commands().run(run_opt, job); });
     }
 #endif
     if (sweep->parsed()) return run_sweep_command(sweep_opt);

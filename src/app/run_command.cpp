@@ -72,12 +72,13 @@ Loaded load(const RunCommand& c) {
   return l;
 }
 
-cuda::ExecResult execute(const RunCommand& c, const Loaded& l) {
+// Process 0 gets the result of every rank; the others an empty one.
+cuda::ExecResult execute(const RunCommand& c, const Loaded& l, Distributed& job) {
   if (c.steps < 1) throw InputError("--steps", "", "must be at least 1");
   cuda::ExecOptions o;
   o.measured_steps = static_cast<int>(c.steps);
-  cuda::ExecResult r = cuda::execute(l.scenario, l.graph, o);
-  if (!c.trace.empty()) {
+  cuda::ExecResult r = cuda::execute(l.scenario, l.graph, o, job);
+  if (job.rank() == 0 && !c.trace.empty()) {
     write_file_atomically(c.trace, chrome_trace_json(l.graph, r.timeline, TraceOptions{}), "--trace");
   }
   return r;
@@ -86,6 +87,7 @@ cuda::ExecResult execute(const RunCommand& c, const Loaded& l) {
 nlohmann::json rank_json(const cuda::RankRun& k) {
   return {{"rank", k.rank},
           {"device", k.device_name},
+          {"device_index", k.device},
           {"end_s", static_cast<double>(k.end) * 1e-12},
           {"device_bytes", k.device_bytes},
           {"persistent_bytes", k.persistent_bytes},
@@ -103,9 +105,10 @@ const char* verdict(double e) { return std::fabs(e) <= kTarget ? "pass" : "FAIL"
 
 }  // namespace
 
-std::string run_run_command(const RunCommand& c) {
+std::string run_run_command(const RunCommand& c, Distributed& job) {
   const Loaded l = load(c);
-  const cuda::ExecResult r = execute(c, l);
+  const cuda::ExecResult r = execute(c, l, job);
+  if (job.rank() != 0) return {};
   const auto ops = per_op_seconds(l.graph, r.timeline, r.slowest_rank, false);
   std::vector<std::pair<std::string, double>> top(ops.begin(), ops.end());
   std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
@@ -114,6 +117,7 @@ std::string run_run_command(const RunCommand& c) {
     nlohmann::json j;
     j["scenario"] = l.scenario.spec.name;
     j["num_ranks"] = r.ranks.size();
+    j["processes"] = job.size();
     j["step_time_s"] = static_cast<double>(r.step_time) * 1e-12;
     std::vector<double> steps;
     for (Picoseconds s : r.step_times) steps.push_back(static_cast<double>(s) * 1e-12);
@@ -144,9 +148,10 @@ std::string run_run_command(const RunCommand& c) {
   return out;
 }
 
-std::string run_validate_command(const RunCommand& c) {
+std::string run_validate_command(const RunCommand& c, Distributed& job) {
   const Loaded l = load(c);
-  const cuda::ExecResult measured = execute(c, l);
+  const cuda::ExecResult measured = execute(c, l, job);
+  if (job.rank() != 0) return {};
   const CostModel cost(l.scenario.hardware);
   Engine engine(l.graph, cost);
   EngineOptions eo;
@@ -217,6 +222,7 @@ std::string run_validate_command(const RunCommand& c) {
     j["hardware"] = l.scenario.hardware_file;
     j["calibrated"] = cost.calibration() != nullptr;
     j["num_ranks"] = measured.ranks.size();
+    j["processes"] = job.size();
     j["target"] = kTarget;
     j["step_time"] = {{"measured_s", meas_step}, {"predicted_s", pred_step}, {"error", step_err},
                       {"pass", std::fabs(step_err) <= kTarget}};

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // `moesim run SCENARIO` and `moesim validate SCENARIO` (built with CUDA only).
-//   run:      executes the scenario's step graph on the local GPUs (backend/cuda/executor.hpp):
+//   run:      executes the scenario's step graph on the GPUs (backend/cuda/executor.hpp):
 //             step time, peak memory per rank, the busiest ops; --trace writes the trace in the
 //             simulator's format.
 //   validate: runs it on the GPUs and in the simulator (the engine with the scenario's hardware
@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/distributed.hpp"
+
 namespace moesim {
 
 struct RunCommand {
@@ -22,8 +24,10 @@ struct RunCommand {
   int64_t steps = 3;     // measured steps after the warm-up steps; the median step is reported
 };
 
-// Both return the text to print on stdout; bad input throws InputError.
-std::string run_run_command(const RunCommand& c);
-std::string run_validate_command(const RunCommand& c);
+// Both return the text to print on stdout; bad input throws InputError. Under mpirun each process
+// of `job` runs one rank of the plan (backend/cuda/executor.hpp) and process 0 returns the report
+// (the others return nothing); without a launcher one process drives every local GPU.
+std::string run_run_command(const RunCommand& c, Distributed& job);
+std::string run_validate_command(const RunCommand& c, Distributed& job);
 
 }  // namespace moesim

@@ -44,8 +44,9 @@ namespace {
 using nlohmann::json;
 
 // Version 2 added the optional "attention" tables, version 3 the optional "memory_overhead" (read
-// by the hardware loader, hardware_spec.cpp); versions 1 and 2 are still read.
-constexpr int kFormatVersion = 3;
+// by the hardware loader, hardware_spec.cpp), version 4 the optional "collectives_inter_node";
+// versions 1 to 3 are still read.
+constexpr int kFormatVersion = 4;
 constexpr int kOldestVersion = 1;
 
 struct Reader {
@@ -71,9 +72,11 @@ struct Reader {
 
   // {"measure": M, "value": V, "points": [[x, y], ...], "samples": [...], "dtype": "bf16"}
   CalibrationTable table(const json& j, const std::string& path, const std::string& measure,
-                         const std::string& value) const {
+                         const std::string& value, const std::set<std::string>& more_keys = {}) const {
     object(j, path);
-    only_keys(j, path, {"measure", "value", "points", "samples", "dtype"});
+    std::set<std::string> keys{"measure", "value", "points", "samples", "dtype"};
+    keys.insert(more_keys.begin(), more_keys.end());
+    only_keys(j, path, keys);
     const auto expect = [&](const char* key, const std::string& want) {
       if (!j.contains(key)) fail(path, std::string("missing \"") + key + "\"");
       if (!j[key].is_string() || j[key].get<std::string>() != want) {
@@ -130,6 +133,7 @@ Calibration load_calibration(const InputText& input, const json& root) {
   std::set<std::string> keys{"format", "version", "provenance", "kernels", "other_kernels", "host_copy", "collectives"};
   if (version >= 2) keys.insert("attention");
   if (version >= 3) keys.insert("memory_overhead");
+  if (version >= 4) keys.insert("collectives_inter_node");
   r.only_keys(root, "", keys);
   Calibration c;
   c.file = input.name;
@@ -148,10 +152,13 @@ Calibration load_calibration(const InputText& input, const json& root) {
     if (h.contains("h2d")) c.h2d_bytes_per_s = r.table(h["h2d"], "/host_copy/h2d", "bytes", "bytes_per_s");
     if (h.contains("d2h")) c.d2h_bytes_per_s = r.table(h["d2h"], "/host_copy/d2h", "bytes", "bytes_per_s");
   }
-  if (root.contains("collectives")) {
-    const json& col = r.object(root["collectives"], "/collectives");
+  // {"KIND": {"N": table}}, N the group size; across nodes each table also says how the group spans them.
+  const auto read_collectives = [&](const char* key, bool inter_node) {
+    if (!root.contains(key)) return;
+    const std::string top = std::string("/") + key;
+    const json& col = r.object(root[key], top);
     for (const auto& [name, groups] : col.items()) {
-      const std::string path = pointer_append("/collectives", name);
+      const std::string path = pointer_append(top, name);
       const auto kind = enum_from_name<OpKind>(name);
       if (!kind || !is_collective(*kind)) {
         r.fail(path, "unknown collective (known: all_gather, reduce_scatter, all_reduce, all_to_all)");
@@ -170,10 +177,32 @@ Calibration load_calibration(const InputText& input, const json& root) {
         if (n < 2 || n > limits::kMaxDevices) {
           r.fail(gp, "group sizes are integers >= 2 and at most " + std::to_string(limits::kMaxDevices));
         }
-        c.busbw[{*kind, n}] = r.table(t, gp, "bytes", "busbw_bytes_per_s");
+        if (!inter_node) {
+          c.busbw[{*kind, n}] = r.table(t, gp, "bytes", "busbw_bytes_per_s");
+          continue;
+        }
+        Calibration::InterNodeTable it;
+        it.busbw = r.table(t, gp, "bytes", "busbw_bytes_per_s", {"nodes", "ranks_per_node"});
+        const json& tj = t;  // a structured binding cannot be captured by clang 14's lambdas
+        const auto count = [&](const char* field) -> int64_t {
+          const std::string fp = pointer_append(gp, field);
+          if (!tj.contains(field)) r.fail(gp, std::string("missing \"") + field + "\"");
+          if (!tj[field].is_number_integer() || tj[field].get<int64_t>() < 1) r.fail(fp, "must be a positive integer");
+          return tj[field].get<int64_t>();
+        };
+        it.nodes = count("nodes");
+        it.ranks_per_node = count("ranks_per_node");
+        if (it.nodes < 2) r.fail(pointer_append(gp, "nodes"), "a group across nodes spans at least 2");
+        if (it.nodes * it.ranks_per_node != n) {
+          r.fail(gp, "nodes x ranks_per_node (" + std::to_string(it.nodes) + " x " + std::to_string(it.ranks_per_node) +
+                         ") must be the group size " + std::to_string(n));
+        }
+        c.busbw_inter_node[{*kind, n}] = std::move(it);
       }
     }
-  }
+  };
+  read_collectives("collectives", false);
+  read_collectives("collectives_inter_node", true);
   if (root.contains("attention")) {
     // {"KIND": {"forward": table, "backward": table}}: FLOP/s by query rows.
     const json& att = r.object(root["attention"], "/attention");

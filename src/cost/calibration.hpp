@@ -41,6 +41,15 @@ struct Calibration {
   std::optional<CalibrationTable> h2d_bytes_per_s;           // pinned host -> device, by bytes
   std::optional<CalibrationTable> d2h_bytes_per_s;           // device -> pinned host, by bytes
   std::map<std::pair<OpKind, int64_t>, CalibrationTable> busbw;  // (collective, group size): busbw by nccl-tests size
+  // Version 4: collectives over groups spanning several nodes (`mpirun` across nodes), apart from
+  // those within one. Recorded and checked; the cost model does not read them yet (a group across
+  // scale-up domains keeps the analytic model).
+  struct InterNodeTable {
+    int64_t nodes = 0;           // nodes the group spans
+    int64_t ranks_per_node = 0;  // its ranks on each
+    CalibrationTable busbw;
+  };
+  std::map<std::pair<OpKind, int64_t>, InterNodeTable> busbw_inter_node;  // (collective, group size)
   // Version 2: attention kernels (flash_attention, sparse_attention, dsa_indexer, indexer_score,
   // kda), FLOP/s of the op's own `flops` by query rows (op.m), per (kind, backward?): forward
   // covers the fwd and recompute phases, backward the bwd phase.

@@ -1,27 +1,16 @@
 // SPDX-License-Identifier: MIT
-// Spreading a sweep over processes. With MPI (built with -Dmpi=enabled and launched by mpirun),
-// each process evaluates its share of the configurations and rank 0 gathers them; otherwise there
-// is one process. All MPI calls live in distributed_mpi.cpp; a build without MPI links
-// distributed_single.cpp instead, so nothing else knows whether MPI exists.
+// The processes of a job (core/distributed.hpp): with MPI (built with -Dmpi=enabled and launched
+// by mpirun) one per MPI rank, otherwise one. A sweep gives each process its share of the
+// configurations; the GPU commands give each one rank of the plan. All MPI calls live in
+// distributed_mpi.cpp; a build without MPI links distributed_single.cpp instead, so nothing else
+// knows whether MPI exists.
 #pragma once
 
 #include <memory>
-#include <string>
-#include <vector>
+
+#include "core/distributed.hpp"  // the interface
 
 namespace moesim {
-
-class Distributed {
- public:
-  virtual ~Distributed() = default;
-  virtual int rank() const = 0;
-  virtual int size() const = 0;
-  // Collective: every process passes its bytes; rank 0 gets every process's, in rank order;
-  // the others get nothing.
-  virtual std::vector<std::string> gather(const std::string& bytes) = 0;
-  // Ends every process of the job (after an error on one of them, so that none waits forever).
-  [[noreturn]] virtual void abort(int exit_code) = 0;
-};
 
 // Whether this binary was built with MPI.
 bool built_with_mpi();

@@ -111,7 +111,7 @@ TEST_CASE("the reader takes the tables it knows and names the file and JSON path
   CHECK(c.collective(OpKind::all_gather, 2) == nullptr);
 
   json j = sample_calibration();
-  j["version"] = 4;
+  j["version"] = 5;
   expect_error(j, "/version", "unsupported version");
   j = sample_calibration();
   j["version"] = 2;  // memory_overhead came with version 3
@@ -295,6 +295,41 @@ TEST_CASE("version 2 attention tables: read, checked, and used per kind and phas
   fp8.dtype = Dtype::fp8;
   CHECK(cost.kernel_seconds(fp8) == doctest::Approx(plain.kernel_seconds(fp8)));
   CHECK(cost.kernel_seconds(attention_op(OpKind::kda, Phase::fwd, 4096, f)) == doctest::Approx(f / 8.5e12 + launch));
+}
+
+TEST_CASE("version 4 inter-node collective tables: read apart from the ones within a node, checked") {
+  json j = sample_calibration();
+  const json table = {{"measure", "bytes"}, {"value", "busbw_bytes_per_s"}, {"nodes", 2}, {"ranks_per_node", 4},
+                      {"points", {{1048576, 1.1e10}, {1073741824, 4.2e10}}}};
+  j["collectives_inter_node"] = {{"all_gather", {{"8", table}}}};
+  expect_error(j, "/collectives_inter_node", "unknown key");  // a version 3 file has none
+  j["version"] = 4;
+  const Calibration c = load_calibration(text(j));
+  REQUIRE(c.busbw_inter_node.contains({OpKind::all_gather, 8}));
+  const auto& t = c.busbw_inter_node.at({OpKind::all_gather, 8});
+  CHECK(t.nodes == 2);
+  CHECK(t.ranks_per_node == 4);
+  CHECK(t.busbw.at(1048576) == doctest::Approx(1.1e10));
+  // Within a node the tables are unchanged: no 8-rank all-gather there.
+  CHECK(c.collective(OpKind::all_gather, 8) == nullptr);
+  REQUIRE(c.collective(OpKind::all_reduce, 2) != nullptr);
+
+  j["collectives_inter_node"]["all_gather"]["8"]["ranks_per_node"] = 3;
+  expect_error(j, "/collectives_inter_node/all_gather/8", "must be the group size 8");
+  j["collectives_inter_node"]["all_gather"]["8"]["ranks_per_node"] = 4;
+  j["collectives_inter_node"]["all_gather"]["8"].erase("nodes");
+  expect_error(j, "/collectives_inter_node/all_gather/8", "missing \"nodes\"");
+  j["collectives_inter_node"]["all_gather"]["8"]["nodes"] = 1;
+  expect_error(j, "/collectives_inter_node/all_gather/8/nodes", "at least 2");
+  j["collectives_inter_node"]["all_gather"]["8"]["nodes"] = "2";
+  expect_error(j, "/collectives_inter_node/all_gather/8/nodes", "positive integer");
+  j["collectives_inter_node"]["all_gather"]["8"]["nodes"] = 2;
+  j["collectives_inter_node"]["broadcast"] = json::object();
+  expect_error(j, "/collectives_inter_node/broadcast", "unknown collective");
+  // Tables within a node take no such keys.
+  j = sample_calibration();
+  j["collectives"]["all_reduce"]["2"]["nodes"] = 2;
+  expect_error(j, "/collectives/all_reduce/2/nodes", "unknown key");
 }
 
 TEST_CASE("the software stack's measured memory reaches the step graph unless the scenario sets it") {

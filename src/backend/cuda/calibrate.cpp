@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <map>
 #include <numeric>
@@ -23,6 +24,7 @@
 #include "backend/cuda/nccl_group.hpp"
 #include "backend/cuda/op_kernels.hpp"
 #include "backend/cuda/timer.hpp"
+#include "backend/rank_bootstrap.hpp"
 #include "core/json_input.hpp"
 #include "cost/calibration.hpp"
 #include "graph/step_graph.hpp"
@@ -489,6 +491,146 @@ json bench_collectives(Context& cx, int num_gpus, std::map<std::string, double>&
   return out;
 }
 
+// Collectives with one rank per process (`mpirun -np N moesim calibrate`): each process drives its
+// own GPU and joins, by ncclCommInitRank with ids process 0 made, the groups of
+// collective_layouts (rank_bootstrap.hpp): within a node, and across nodes when the job spans
+// several. Sizes, kinds, factors and timing as bench_collectives: per repeat each member records
+// events around its own call; process 0 takes the slowest member's time of each repeat (over
+// every group of the layout: the nodes' groups run at once), then the median. Tables within a node
+// go to `intra` (the "collectives" of the file), tables across nodes to `inter`
+// ("collectives_inter_node", with the nodes and ranks per node they span).
+void bench_collectives_across_processes(Context& cx, Distributed& job, const ProcessPlacement& place, int device,
+                                        json& intra, json& inter, std::map<std::string, double>& communicator_bytes) {
+  const std::vector<double> sizes = cx.opt.quick ? std::vector<double>{1 << 20, 256 << 20}
+                                                 : std::vector<double>{64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20,
+                                                                       64 << 20, 256 << 20, 1 << 30};
+  const auto max_bytes = static_cast<size_t>(sizes.back());
+  DeviceBuffer<uint16_t> send(max_bytes / 2), recv(max_bytes / 2);
+  fill_uniform(send.data(), static_cast<int64_t>(max_bytes / 2), 40 + static_cast<uint64_t>(job.rank()), -1.0f, 1.0f, nullptr);
+  cudaStream_t stream = nullptr;
+  MOESIM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
+  const bool root = job.rank() == 0;
+  if (root) cx.summary += "\nNCCL (bf16, one process per GPU)  kind    tier         n        bytes   algbw GB/s  busbw GB/s\n";
+  for (const CollectiveLayout& layout : collective_layouts(place)) {
+    int group = -1, index = -1;  // this process's group in the layout and its rank in it
+    for (size_t gi = 0; gi < layout.groups.size(); ++gi) {
+      const auto& members = layout.groups[gi];
+      const auto at = std::find(members.begin(), members.end(), job.rank());
+      if (at != members.end()) {
+        group = static_cast<int>(gi);
+        index = static_cast<int>(at - members.begin());
+      }
+    }
+    const int n = layout.n;
+    const std::string tier = layout.inter_node ? "inter_node" : "intra_node";
+    for (const std::string kind : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}) {
+      const std::vector<std::string> ids = share_ids(job, layout.groups.size(), [] {
+        ncclUniqueId id;
+        MOESIM_NCCL_CHECK(ncclGetUniqueId(&id));
+        return std::string(id.internal, sizeof id.internal);
+      });
+      const double before = used_bytes(device);
+      ncclComm_t comm = nullptr;
+      if (group >= 0) {
+        ncclUniqueId id;
+        std::copy(ids[static_cast<size_t>(group)].begin(), ids[static_cast<size_t>(group)].end(), id.internal);
+        MOESIM_NCCL_CHECK(ncclCommInitRank(&comm, n, id, index));
+      }
+      std::map<double, std::vector<double>> by_x;
+      json samples = json::array();
+      for (double bytes : sizes) {
+        const size_t elems = static_cast<size_t>(bytes) / 2;
+        const size_t per_rank = elems / static_cast<size_t>(n);
+        const auto issue = [&] {
+          if (kind == "all_reduce") {
+            MOESIM_NCCL_CHECK(ncclAllReduce(send.data(), recv.data(), elems, ncclBfloat16, ncclSum, comm, stream));
+          } else if (kind == "all_gather") {
+            MOESIM_NCCL_CHECK(ncclAllGather(send.data(), recv.data(), per_rank, ncclBfloat16, comm, stream));
+          } else if (kind == "reduce_scatter") {
+            MOESIM_NCCL_CHECK(ncclReduceScatter(send.data(), recv.data(), per_rank, ncclBfloat16, ncclSum, comm, stream));
+          } else {
+            MOESIM_NCCL_CHECK(ncclGroupStart());
+            for (int peer = 0; peer < n; ++peer) {
+              const size_t at = static_cast<size_t>(peer) * per_rank;
+              MOESIM_NCCL_CHECK(ncclSend(send.data() + at, per_rank, ncclBfloat16, peer, comm, stream));
+              MOESIM_NCCL_CHECK(ncclRecv(recv.data() + at, per_rank, ncclBfloat16, peer, comm, stream));
+            }
+            MOESIM_NCCL_CHECK(ncclGroupEnd());
+          }
+        };
+        std::vector<double> mine;  // this member's time per repeat
+        if (comm) {
+          for (int i = 0; i < cx.s.warmup; ++i) issue();
+          MOESIM_CUDA_CHECK(cudaStreamSynchronize(stream));
+        }
+        job.barrier();  // every group starts its repeats together
+        if (comm) {
+          std::vector<cudaEvent_t> ev(static_cast<size_t>(2 * cx.s.repeats));
+          for (auto& e : ev) MOESIM_CUDA_CHECK(cudaEventCreate(&e));
+          for (int i = 0; i < cx.s.repeats; ++i) {
+            MOESIM_CUDA_CHECK(cudaEventRecord(ev[static_cast<size_t>(2 * i)], stream));
+            issue();
+            MOESIM_CUDA_CHECK(cudaEventRecord(ev[static_cast<size_t>(2 * i + 1)], stream));
+          }
+          MOESIM_CUDA_CHECK(cudaStreamSynchronize(stream));
+          for (int i = 0; i < cx.s.repeats; ++i) {
+            float ms = 0;
+            MOESIM_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[static_cast<size_t>(2 * i)], ev[static_cast<size_t>(2 * i + 1)]));
+            mine.push_back(static_cast<double>(ms) * 1e-3);
+          }
+          for (auto e : ev) (void)cudaEventDestroy(e);
+        }
+        const std::vector<std::string> all =
+            job.gather(std::string(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(double)));
+        if (!root) continue;
+        std::vector<double> seconds(static_cast<size_t>(cx.s.repeats), 0.0);
+        for (const std::string& b : all) {
+          if (b.size() != seconds.size() * sizeof(double)) continue;  // not a member
+          for (size_t i = 0; i < seconds.size(); ++i) {
+            double v = 0;
+            std::memcpy(&v, b.data() + i * sizeof(double), sizeof v);
+            seconds[i] = std::max(seconds[i], v);
+          }
+        }
+        const Timing t = summarize(seconds);
+        const double size = 2.0 * static_cast<double>(per_rank) * n;  // rounded to whole elements per rank
+        const double algbw = size / t.median_s;
+        const double factor = kind == "all_reduce" ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
+        by_x[size].push_back(algbw * factor);
+        samples.push_back({{"bytes", size}, {"seconds", t.median_s}, {"algbw", algbw}, {"busbw", algbw * factor}});
+        cx.summary += "                                  " + kind + std::string(16 - kind.size(), ' ') + tier +
+                      fmt("  %2.0f  %11.4g  %10.1f  %10.1f\n", n, size, algbw / 1e9, algbw * factor / 1e9);
+      }
+      if (comm) {
+        MOESIM_CUDA_CHECK(cudaStreamSynchronize(stream));
+      }
+      // What the communicator holds once it has run the kind at every size (first group size
+      // within a node, as bench_collectives): the largest growth over the members.
+      const double grown = comm ? std::max(0.0, used_bytes(device) - before) : 0.0;
+      if (comm) MOESIM_NCCL_CHECK(ncclCommDestroy(comm));
+      const std::vector<std::string> growth = job.gather(std::to_string(grown));
+      if (!root) continue;
+      if (!layout.inter_node && n == 2) {
+        double most = 0;
+        for (const std::string& g : growth) most = std::max(most, std::stod(g));
+        communicator_bytes[kind] = most;
+      }
+      json tb = table("bytes", "busbw_bytes_per_s", by_x);
+      tb["samples"] = samples;
+      if (layout.inter_node) {
+        tb["nodes"] = layout.nodes;
+        tb["ranks_per_node"] = layout.ranks_per_node;
+        inter[kind][std::to_string(n)] = tb;
+      } else {
+        intra[kind][std::to_string(n)] = tb;
+      }
+      cx.log("collectives: " + kind + " over " + std::to_string(n) + " processes (" + tier + ") done");
+    }
+  }
+  MOESIM_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
 // Attention kernels through the executor's own launches (op_kernels.hpp, what `moesim run` and
 // `validate` issue), on the ops of a step graph, so that each measurement is divided by the very
 // `flops` the simulator charges for that op. The graph is the 1-GPU K3 slice scenario
@@ -606,39 +748,69 @@ std::string utc_now() {
 
 }  // namespace
 
-CalibrationRun run_calibration(const CalibrateOptions& options) {
-  const int num_gpus = options.num_devices > 0 ? std::min(options.num_devices, device_count()) : device_count();
-  if (num_gpus == 0) throw BackendError("calibrate: no CUDA device");
+CalibrationRun run_calibration(const CalibrateOptions& options, Distributed& job) {
+  // One process drives the first N local GPUs, or (under mpirun) one GPU per process: then process
+  // 0 runs the one-GPU benchmarks while the others wait, and every process joins the collectives.
+  const bool per_process = job.started_by_launcher();
+  const int visible = device_count();
+  if (visible == 0) throw BackendError("calibrate: no CUDA device");
   const auto wants = [&](const char* part) { return options.only.empty() || options.only.contains(part); };
+  int device = 0;
+  ProcessPlacement place;
+  if (per_process) {
+    place = place_process(job);
+    agree_on_input(job, [&] { device = device_of(place, visible, "mpirun"); });
+    char bus_id[64] = {};
+    MOESIM_CUDA_CHECK(cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, device));
+    check_distinct_devices(job, place, bus_id, "mpirun");
+  }
+  const int num_gpus = per_process ? job.size() : options.num_devices > 0 ? std::min(options.num_devices, visible) : visible;
+  const bool speaker = job.rank() == 0;  // process 0 measures on one GPU and writes the file
   // The software stack's own memory first, before this run allocates anything: the context.
-  const double runtime_bytes = used_bytes(0);
-  const DeviceInfo dev = device_info(0);
-  Context cx{options, options.quick ? Settings{2, 5} : Settings{5, 25}, nullptr, std::string()};
-  MOESIM_CUDA_CHECK(cudaStreamCreateWithFlags(&cx.stream, cudaStreamNonBlocking));
+  const double runtime_bytes = used_bytes(device);
+  const DeviceInfo dev = device_info(device);
+  CalibrateOptions opt = options;
+  if (!speaker) opt.log = nullptr;  // process 0 speaks for the job
+  Context cx{opt, options.quick ? Settings{2, 5} : Settings{5, 25}, nullptr, std::string()};
   const auto start = std::chrono::steady_clock::now();
   json kernels = json::object();
   json host;
   json other;
-  if (wants("gemm") || wants("memory") || wants("copies")) {
-    Gemm gemm;
-    // Pools of 2 GiB and 1 GiB (BF16 elements): far beyond the 60 MB L2.
-    Pool pool(size_t{1} << 30, 1);
-    Pool out_pool(size_t{1} << 29, 2);
-    if (wants("gemm")) {
-      kernels["gemm"] = bench_gemm(cx, gemm, pool, out_pool);
-      kernels["grouped_gemm"] = bench_grouped_gemm(cx, gemm);
+  json attention;
+  if (speaker) {  // the one-GPU benchmarks
+    MOESIM_CUDA_CHECK(cudaStreamCreateWithFlags(&cx.stream, cudaStreamNonBlocking));
+    if (wants("gemm") || wants("memory") || wants("copies")) {
+      Gemm gemm;
+      // Pools of 2 GiB and 1 GiB (BF16 elements): far beyond the 60 MB L2.
+      Pool pool(size_t{1} << 30, 1);
+      Pool out_pool(size_t{1} << 29, 2);
+      if (wants("gemm")) {
+        kernels["gemm"] = bench_gemm(cx, gemm, pool, out_pool);
+        kernels["grouped_gemm"] = bench_grouped_gemm(cx, gemm);
+      }
+      if (wants("memory")) {
+        kernels["memory"] = bench_memory(cx, pool, out_pool);
+        other = bench_other(cx, gemm);
+      }
+      if (wants("copies")) host = bench_host_copy(cx);
     }
-    if (wants("memory")) {
-      kernels["memory"] = bench_memory(cx, pool, out_pool);
-      other = bench_other(cx, gemm);
-    }
-    if (wants("copies")) host = bench_host_copy(cx);
+    if (wants("attention")) attention = bench_attention(cx);
+    MOESIM_CUDA_CHECK(cudaStreamSynchronize(cx.stream));
+    MOESIM_CUDA_CHECK(cudaStreamDestroy(cx.stream));
   }
-  const json attention = wants("attention") ? bench_attention(cx) : json();
-  MOESIM_CUDA_CHECK(cudaStreamSynchronize(cx.stream));
-  MOESIM_CUDA_CHECK(cudaStreamDestroy(cx.stream));
   std::map<std::string, double> communicator_bytes;
-  const json collectives = wants("collectives") ? bench_collectives(cx, num_gpus, communicator_bytes) : json();
+  json collectives;  // null: not measured (--only), absent from the file
+  json collectives_inter_node = json::object();
+  if (wants("collectives")) {
+    if (per_process) {
+      job.barrier();  // process 0's one-GPU benchmarks are done: every GPU is idle
+      collectives = json::object();
+      bench_collectives_across_processes(cx, job, place, device, collectives, collectives_inter_node, communicator_bytes);
+    } else {
+      collectives = bench_collectives(cx, num_gpus, communicator_bytes);
+    }
+  }
+  if (!speaker) return CalibrationRun{};
   const json memory_overhead = {{"runtime_bytes", runtime_bytes},
                                 {"communicator_bytes", communicator_bytes.empty() ? json::object() : json(communicator_bytes)}};
   if (!communicator_bytes.empty()) {
@@ -649,9 +821,9 @@ CalibrationRun run_calibration(const CalibrateOptions& options) {
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   json root = {
       {"format", "moesim-calibration"},
-      {"version", 3},
+      {"version", collectives_inter_node.empty() ? 3 : 4},
       {"provenance",
-       {{"gpu", dev.name}, {"num_gpus", num_gpus}, {"sms", dev.num_sms}, {"memory_bytes", dev.memory_bytes},
+       {{"gpu", dev.name}, {"num_gpus", num_gpus}, {"processes", job.size()}, {"nodes", place.num_nodes}, {"sms", dev.num_sms}, {"memory_bytes", dev.memory_bytes},
         {"l2_bytes", dev.l2_bytes}, {"driver", dev.driver}, {"kernel_driver", kernel_driver()}, {"cuda_runtime", dev.runtime}, {"cublas", dev.cublas},
         {"nccl", dev.nccl}, {"date", utc_now()}, {"command", options.command}, {"quick", options.quick},
         {"warmup", cx.s.warmup}, {"repeats", cx.s.repeats}, {"wall_s", wall},
@@ -666,6 +838,8 @@ CalibrationRun run_calibration(const CalibrateOptions& options) {
   // With one GPU there is no communicator to measure: communicator_bytes stays empty (the step
   // graph then assumes the default per communicator), the context is still measured.
   root["memory_overhead"] = memory_overhead;
+  // Version 4: groups across nodes, apart from those within one (a job on several nodes).
+  if (!collectives_inter_node.empty()) root["collectives_inter_node"] = collectives_inter_node;
   CalibrationRun run;
   run.json = root.dump(1) + "\n";
   run.summary = "Calibration on " + std::to_string(num_gpus) + " x " + dev.name + " (driver " + dev.driver + ", CUDA " +

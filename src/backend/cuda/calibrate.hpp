@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Calibration micro-benchmarks on the local GPUs: GEMMs over shape grids (each also against the
+// Calibration micro-benchmarks on the local GPUs (or one GPU per process of an MPI job): GEMMs over shape grids (each also against the
 // best of cuBLASLt's ranked algorithms), expert grouped GEMMs at realistic tokens per expert,
 // memory-bound kernels, pinned host copies, NCCL collectives over sizes and group sizes
 // (algbw and busbw as nccl-tests defines them), and the attention op kinds of a K3 step graph
@@ -14,6 +14,8 @@
 #include <functional>
 #include <set>
 #include <string>
+
+#include "core/distributed.hpp"
 
 namespace moesim::cuda {
 
@@ -33,6 +35,11 @@ struct CalibrationRun {
   std::string summary;  // a short table for the terminal
 };
 
-CalibrationRun run_calibration(const CalibrateOptions& options);
+// Without a launcher one process measures on every local GPU (collectives over the first 2, 4, ...
+// of them). Under mpirun each process drives one GPU: process 0 runs the one-GPU benchmarks, every
+// process joins the collectives (within a node and, on several nodes, across them:
+// collective_layouts in backend/rank_bootstrap.hpp), and process 0 returns the file; the others
+// return an empty run.
+CalibrationRun run_calibration(const CalibrateOptions& options, Distributed& job);
 
 }  // namespace moesim::cuda

@@ -17,6 +17,7 @@
 #include "backend/cuda/device.hpp"
 #include "backend/cuda/gemm.hpp"
 #include "backend/cuda/kernels.hpp"
+#include "backend/rank_bootstrap.hpp"
 #include "core/error.hpp"
 
 namespace moesim::cuda {
@@ -50,51 +51,6 @@ QueuePlan plan_queues(const Program& p) {
     }
   }
   return q;
-}
-
-std::vector<MemorySample> replay_memory(const Program& p, int32_t rank, double persistent_bytes,
-                                        std::span<const Picoseconds> starts, std::span<const Picoseconds> ends) {
-  struct Change {
-    Picoseconds time;
-    int order;  // frees before allocations at the same instant
-    double hbm, ddr;
-  };
-  std::vector<Change> changes;
-  for (uint32_t i = 0; i < p.ops.size(); ++i) {
-    for (const MemEffect& e : p.effects_of(p.ops[i])) {
-      const double b = p.buffers[e.buffer].bytes;
-      switch (e.action) {
-        case MemAction::alloc: changes.push_back({starts[i], 1, b, 0}); break;
-        case MemAction::free: changes.push_back({ends[i], 0, -b, 0}); break;
-        case MemAction::to_host:
-          changes.push_back({starts[i], 1, 0, b});
-          changes.push_back({ends[i], 0, -b, 0});
-          break;
-        case MemAction::to_device:
-          changes.push_back({starts[i], 1, b, 0});
-          changes.push_back({ends[i], 0, 0, -b});
-          break;
-      }
-    }
-  }
-  std::stable_sort(changes.begin(), changes.end(),
-                   [](const Change& a, const Change& b) { return std::tie(a.time, a.order) < std::tie(b.time, b.order); });
-  std::vector<MemorySample> out;
-  // Reserved: a caching allocator holds at least the live peak so far (no placement is replayed).
-  double hbm = persistent_bytes, ddr = 0, reserved = persistent_bytes;
-  for (const Change& c : changes) {
-    hbm += c.hbm;
-    ddr += c.ddr;
-    reserved = std::max(reserved, hbm);
-    if (!out.empty() && out.back().time == c.time) {
-      out.back().hbm_bytes = hbm;
-      out.back().ddr_bytes = ddr;
-      out.back().hbm_reserved_bytes = reserved;
-    } else {
-      out.push_back(MemorySample{rank, c.time, hbm, ddr, reserved});
-    }
-  }
-  return out;
 }
 
 std::vector<Picoseconds> replay_schedule(const StepGraph& g, const std::vector<std::vector<Picoseconds>>& durations) {
@@ -286,62 +242,53 @@ struct Comms {
   }
 };
 
-// The communicator an op uses: its queue's, or, for a collective run on the compute queue (no
-// comm/compute overlap), its group's.
-int communicator_of(const Op& op) {
-  const int q = queue_of(op);
-  return q >= 2 ? q : 2 + static_cast<int>(op.group);
-}
-
-// A pipeline send or receive's link: (channel, sender, receiver); sender < 0 when the peer is
-// outside the group (the first or last stage: nothing to exchange).
-std::tuple<int, int64_t, int64_t> pipeline_link(const StepGraph& g, int64_t rank, const Op& op) {
-  const int64_t index = g.plan.group_rank(rank, op.group) + op.peer_offset;
-  if (index < 0 || index >= g.plan.group_size(op.group)) return {0, -1, -1};
-  const int64_t peer = g.plan.member(rank, op.group, index);
-  const int channel = op.phase == Phase::fwd ? 0 : 1;
-  return op.kind == OpKind::send ? std::tuple{channel, rank, peer} : std::tuple{channel, peer, rank};
-}
-
+// One process drives every rank: one ncclCommInitAll per communicator instance.
 void init_comms(const StepGraph& g, const std::vector<int>& devices, Comms& c) {
-  const int64_t n = g.plan.num_ranks();
-  c.of.assign(static_cast<size_t>(n), {});
-  std::array<bool, kNumQueues> used{};
-  for (const Program& p : g.programs) {
-    for (const Op& op : p.ops) {
-      if (is_communication(op.kind)) used[static_cast<size_t>(communicator_of(op))] = true;
+  c.of.assign(static_cast<size_t>(g.plan.num_ranks()), {});
+  for (const CommunicatorInstance& inst : plan_communicators(g)) {
+    std::vector<int> devs;
+    for (int64_t m : inst.members) devs.push_back(devices[static_cast<size_t>(m)]);
+    std::vector<ncclComm_t> comms(inst.members.size());
+    MOESIM_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(devs.size()), devs.data()));
+    c.all.insert(c.all.end(), comms.begin(), comms.end());
+    if (inst.communicator < 0) {
+      c.links[inst.link] = {comms[0], comms[1]};
+      continue;
+    }
+    for (size_t i = 0; i < inst.members.size(); ++i) {
+      c.of[static_cast<size_t>(inst.members[i])][static_cast<size_t>(inst.communicator)] =
+          GroupComm{comms[i], static_cast<int>(i), static_cast<int>(inst.members.size())};
     }
   }
-  for (int64_t r = 0; r < n; ++r) {
-    for (const Op& op : g.programs[static_cast<size_t>(g.plan.program_of(r))].ops) {
-      if (!is_pipeline_p2p(op)) continue;
-      const auto link = pipeline_link(g, r, op);
-      if (std::get<1>(link) < 0 || c.links.contains(link)) continue;
-      const std::array<int, 2> devs{devices[static_cast<size_t>(std::get<1>(link))], devices[static_cast<size_t>(std::get<2>(link))]};
-      std::array<ncclComm_t, 2> comms{};
-      MOESIM_NCCL_CHECK(ncclCommInitAll(comms.data(), 2, devs.data()));
-      c.all.insert(c.all.end(), comms.begin(), comms.end());
-      c.links[link] = {comms[0], comms[1]};
-    }
-  }
-  for (int q = 2; q < kFirstPipelineQueue; ++q) {
-    const GroupKind kind = queue_group(q);
-    const auto k = static_cast<size_t>(q);
-    if (!used[k] || g.plan.group_size(kind) <= 1) continue;
-    std::map<int64_t, std::vector<int64_t>> groups;
-    for (int64_t r = 0; r < n; ++r) groups.try_emplace(g.plan.group_id(r, kind), g.plan.members(r, kind));
-    for (const auto& [id, members] : groups) {
-      std::vector<int> devs;
-      for (int64_t m : members) devs.push_back(devices[static_cast<size_t>(m)]);
-      std::vector<ncclComm_t> comms(members.size());
-      MOESIM_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(devs.size()), devs.data()));
-      for (size_t i = 0; i < members.size(); ++i) {
-        c.all.push_back(comms[i]);
-        GroupComm& gc = c.of[static_cast<size_t>(members[i])][k];
-        gc.comm = comms[i];
-        gc.rank = static_cast<int>(i);
-        gc.size = static_cast<int>(members.size());
-      }
+}
+
+// One rank per process: this process joins the instances that contain `rank`, in the plan's order
+// (ncclCommInitRank blocks until every member has joined; plan_communicators says why this order
+// cannot deadlock), with the unique ids process 0 made for every instance.
+void init_rank_comms(const StepGraph& g, int64_t rank, Distributed& job, Comms& c) {
+  const std::vector<CommunicatorInstance> instances = plan_communicators(g);
+  const std::vector<std::string> ids = share_ids(job, instances.size(), [] {
+    ncclUniqueId id;
+    MOESIM_NCCL_CHECK(ncclGetUniqueId(&id));
+    return std::string(id.internal, sizeof id.internal);
+  });
+  c.of.assign(static_cast<size_t>(g.plan.num_ranks()), {});
+  for (size_t k = 0; k < instances.size(); ++k) {
+    const CommunicatorInstance& inst = instances[k];
+    const auto at = std::find(inst.members.begin(), inst.members.end(), rank);
+    if (at == inst.members.end()) continue;
+    const int index = static_cast<int>(at - inst.members.begin());
+    ncclUniqueId id;
+    if (ids[k].size() != sizeof id.internal) throw BackendError("init_rank_comms: an NCCL unique id of the wrong size");
+    std::copy(ids[k].begin(), ids[k].end(), id.internal);
+    ncclComm_t comm = nullptr;
+    MOESIM_NCCL_CHECK(ncclCommInitRank(&comm, static_cast<int>(inst.members.size()), id, index));
+    c.all.push_back(comm);
+    if (inst.communicator < 0) {
+      c.links[inst.link] = index == 0 ? std::pair<ncclComm_t, ncclComm_t>{comm, nullptr} : std::pair<ncclComm_t, ncclComm_t>{nullptr, comm};
+    } else {
+      c.of[static_cast<size_t>(rank)][static_cast<size_t>(inst.communicator)] =
+          GroupComm{comm, index, static_cast<int>(inst.members.size())};
     }
   }
 }
@@ -531,27 +478,8 @@ void place_slab(RankState& r) {
   if (r.slab_plan.slab_bytes > 0) MOESIM_CUDA_CHECK(cudaMalloc(&r.slab, r.slab_plan.slab_bytes));
 }
 
-// The reported step's records and memory samples of one rank.
-void append_timeline(const RankState& r, Timeline& t) {
-  const Program& p = *r.program;
-  for (uint32_t i = 0; i < p.ops.size(); ++i) {
-    t.records.push_back(ExecRecord{static_cast<int32_t>(r.rank), static_cast<int32_t>(p.stage), i, p.ops[i].stream,
-                                   r.op_start[i], r.op_end[i]});
-  }
-  const auto samples = replay_memory(p, static_cast<int32_t>(r.rank), r.run.persistent_bytes, r.op_start, r.op_end);
-  t.memory.insert(t.memory.end(), samples.begin(), samples.end());
-}
-
-}  // namespace
-
-ExecResult execute(const Scenario& sc, const StepGraph& g, const ExecOptions& opt) {
-  const int64_t n = g.plan.num_ranks();
-  const int gpus = visible_gpus();
-  if (n != gpus) {
-    throw InputError(sc.file, "/num_devices",
-                     "the plan has " + std::to_string(n) + " rank(s) but " + std::to_string(gpus) +
-                         " GPU(s) are visible; `moesim run` needs one GPU per rank (set CUDA_VISIBLE_DEVICES or num_devices)");
-  }
+// What every execution checks before any GPU work.
+void check_executable(const Scenario& sc, const ExecOptions& opt) {
   if (!sc.spec.fused_ops.flash_attention) {
     // Its score and context products are weightless batched GEMMs the kernels here do not run.
     throw InputError(sc.file, "/fused_ops/flash_attention",
@@ -568,32 +496,80 @@ ExecResult execute(const Scenario& sc, const StepGraph& g, const ExecOptions& op
     throw InputError(sc.file, sc.spec.overlap.moe_local_first ? "/overlap/moe_local_first" : "/overlap/moe_dispatch_chunks",
                      "local-first and chunked expert dispatch are simulated, not executed, by this version");
   }
+  if (sc.spec.routing.capacity_factor || sc.spec.routing.devices_per_token > 0) {
+    // The executor's routing plan draws dropless loads and sends a copy per expert.
+    throw InputError(sc.file, sc.spec.routing.capacity_factor ? "/routing/capacity_factor" : "/routing/devices_per_token",
+                     "expert capacity and device-limited routing are simulated, not executed, by this version");
+  }
   if (opt.measured_steps < 1 || opt.warmup_steps < 1) {
     throw BackendError("execute: warmup_steps and measured_steps must be >= 1 (the slab is placed on a warm-up step's times)");
   }
-  // Dense attention through cuDNN's fused SDPA when the library loads (what a training stack
-  // runs); otherwise the backend's own kernels, and the result says why.
-  bool has_flash_attention = false;
+}
+
+// Dense attention through cuDNN's fused SDPA when the library loads (what a training stack
+// runs); otherwise the backend's own kernels, and `why_not` says why.
+bool use_cudnn_attention(const StepGraph& g, bool& has_flash_attention, std::string& why_not) {
+  has_flash_attention = false;
   for (const Program& p : g.programs) {
     for (const Op& op : p.ops) has_flash_attention = has_flash_attention || op.kind == OpKind::flash_attention;
   }
+  return has_flash_attention && cudnn_sdpa_available(&why_not);
+}
+
+std::string attention_kernels(bool has_flash_attention, bool cudnn_attention, const std::string& no_cudnn) {
+  return !has_flash_attention ? "no flash_attention op"
+         : cudnn_attention    ? "cudnn " + std::to_string(cudnn_sdpa_version())
+                              : "backend kernels (" + no_cudnn + ")";
+}
+
+// A rank's CPU-side plans: every op has a kernel and every buffer balances before any GPU work.
+std::unique_ptr<RankState> prepare_rank(const Scenario& sc, const StepGraph& g, int64_t r, const ExecOptions& opt,
+                                        bool cudnn_attention) {
+  auto st = std::make_unique<RankState>();
+  st->rank = r;
+  st->device = -1;  // nothing to release until set up
+  st->program = &program_of(g, r);
+  st->queues = plan_queues(*st->program);
+  const BufferPlan buffers = plan_buffers(*st->program);  // throws for an unbalanced program, before any GPU work
+  st->routing = build_routing_plan(g, r, opt.routing_step);
+  st->sizes = size_arenas(g, sc.model, r, st->routing, cudnn_attention);
+  st->run.rank = static_cast<int32_t>(r);
+  st->run.program_order_peak_bytes = buffers.program_order_peak_bytes;  // persistent added at setup
+  return st;
+}
+
+// One step of a rank after the host barrier that starts it: issue, wait, read the op times; the
+// last warm-up step places the slab; a measured step is kept.
+void run_step(RankState& r, const StepGraph& g, const Scenario& sc, const Comms& comms, bool cudnn_attention,
+              const ExecOptions& opt, int step, RankMeasurement& kept) {
+  issue_step(r, g, sc, comms, cudnn_attention);
+  collect_step(r);
+  if (step == opt.warmup_steps - 1) place_slab(r);
+  if (step >= opt.warmup_steps) {
+    RankRun run = r.run;
+    run.device = r.device;
+    kept.steps.push_back(MeasuredStep{r.op_start, r.op_end, std::move(run)});
+  }
+}
+
+}  // namespace
+
+ExecResult execute(const Scenario& sc, const StepGraph& g, const ExecOptions& opt) {
+  const int64_t n = g.plan.num_ranks();
+  const int gpus = visible_gpus();
+  if (n != gpus) {
+    throw InputError(sc.file, "/num_devices",
+                     "the plan has " + std::to_string(n) + " rank(s) but " + std::to_string(gpus) +
+                         " GPU(s) are visible; `moesim run` needs one GPU per rank (set CUDA_VISIBLE_DEVICES or num_devices)");
+  }
+  check_executable(sc, opt);
+  bool has_flash_attention = false;
   std::string no_cudnn;
-  const bool cudnn_attention = has_flash_attention && cudnn_sdpa_available(&no_cudnn);
-  // CPU-side plans first: every op has a kernel and every buffer balances before any GPU work.
+  const bool cudnn_attention = use_cudnn_attention(g, has_flash_attention, no_cudnn);
   std::vector<std::unique_ptr<RankState>> ranks;
   std::vector<int> devices;
   for (int64_t r = 0; r < n; ++r) {
-    auto st = std::make_unique<RankState>();
-    st->rank = r;
-    st->device = -1;  // nothing to release until set up
-    st->program = &program_of(g, r);
-    st->queues = plan_queues(*st->program);
-    const BufferPlan buffers = plan_buffers(*st->program);  // throws for an unbalanced program, before any GPU work
-    st->routing = build_routing_plan(g, r, opt.routing_step);
-    st->sizes = size_arenas(g, sc.model, r, st->routing, cudnn_attention);
-    st->run.rank = static_cast<int32_t>(r);
-    st->run.program_order_peak_bytes = buffers.program_order_peak_bytes;  // persistent added at setup
-    ranks.push_back(std::move(st));
+    ranks.push_back(prepare_rank(sc, g, r, opt, cudnn_attention));
     devices.push_back(static_cast<int>(r));
   }
   Comms comms;
@@ -604,14 +580,12 @@ ExecResult execute(const Scenario& sc, const StepGraph& g, const ExecOptions& op
   std::atomic<bool> failed{false};
   std::mutex error_mutex;
   std::exception_ptr error;
-  // Per measured step: per rank end and the rank's records (kept only for the reported step).
-  std::vector<std::vector<Picoseconds>> ends(static_cast<size_t>(opt.measured_steps), std::vector<Picoseconds>(static_cast<size_t>(n)));
-  std::vector<std::vector<std::pair<std::vector<Picoseconds>, std::vector<Picoseconds>>>> times(
-      static_cast<size_t>(opt.measured_steps), std::vector<std::pair<std::vector<Picoseconds>, std::vector<Picoseconds>>>(static_cast<size_t>(n)));
-  std::vector<std::vector<RankRun>> runs(static_cast<size_t>(opt.measured_steps), std::vector<RankRun>(static_cast<size_t>(n)));
+  std::vector<RankMeasurement> measured(static_cast<size_t>(n));
 
   auto body = [&](int64_t rank) {
     RankState& r = *ranks[static_cast<size_t>(rank)];
+    RankMeasurement& kept = measured[static_cast<size_t>(rank)];
+    kept.rank = static_cast<int32_t>(rank);
     try {
       r.device = static_cast<int>(rank);
       setup_rank(r, sc, g, cudnn_attention);
@@ -620,15 +594,7 @@ ExecResult execute(const Scenario& sc, const StepGraph& g, const ExecOptions& op
         if (failed) return;
         MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
         sync.arrive_and_wait();
-        issue_step(r, g, sc, comms, cudnn_attention);
-        collect_step(r);
-        if (step == opt.warmup_steps - 1) place_slab(r);
-        const int m = step - opt.warmup_steps;
-        if (m >= 0) {
-          ends[static_cast<size_t>(m)][static_cast<size_t>(rank)] = r.run.end;
-          times[static_cast<size_t>(m)][static_cast<size_t>(rank)] = {r.op_start, r.op_end};
-          runs[static_cast<size_t>(m)][static_cast<size_t>(rank)] = r.run;
-        }
+        run_step(r, g, sc, comms, cudnn_attention, opt, step, kept);
       }
     } catch (...) {
       {
@@ -644,36 +610,52 @@ ExecResult execute(const Scenario& sc, const StepGraph& g, const ExecOptions& op
   for (auto& t : threads) t.join();
   if (error) std::rethrow_exception(error);
 
-  ExecResult res;
-  res.attention_kernels = !has_flash_attention ? "no flash_attention op"
-                          : cudnn_attention    ? "cudnn " + std::to_string(cudnn_sdpa_version())
-                                               : "backend kernels (" + no_cudnn + ")";
-  for (int m = 0; m < opt.measured_steps; ++m) {
-    const auto& e = ends[static_cast<size_t>(m)];
-    res.step_times.push_back(*std::max_element(e.begin(), e.end()));
+  ExecResult res = assemble_result(g, measured);
+  res.attention_kernels = attention_kernels(has_flash_attention, cudnn_attention, no_cudnn);
+  return res;
+}
+
+ExecResult execute(const Scenario& sc, const StepGraph& g, const ExecOptions& opt, Distributed& job) {
+  if (!job.started_by_launcher()) return execute(sc, g, opt);
+  const int64_t n = g.plan.num_ranks();
+  if (n != job.size()) {
+    throw InputError(sc.file, "/num_devices",
+                     "the plan has " + std::to_string(n) + " rank(s) but the job has " + std::to_string(job.size()) +
+                         " process(es); under mpirun each process runs one rank (mpirun -np " + std::to_string(n) + ")");
   }
-  std::vector<int> order(static_cast<size_t>(opt.measured_steps));
-  for (int m = 0; m < opt.measured_steps; ++m) order[static_cast<size_t>(m)] = m;
-  std::sort(order.begin(), order.end(), [&](int a, int b) { return res.step_times[static_cast<size_t>(a)] < res.step_times[static_cast<size_t>(b)]; });
-  const int chosen = order[order.size() / 2];
-  res.step_time = res.step_times[static_cast<size_t>(chosen)];
-  for (int64_t r = 0; r < n; ++r) {
-    RankState& st = *ranks[static_cast<size_t>(r)];
-    st.op_start = times[static_cast<size_t>(chosen)][static_cast<size_t>(r)].first;
-    st.op_end = times[static_cast<size_t>(chosen)][static_cast<size_t>(r)].second;
-    st.run = runs[static_cast<size_t>(chosen)][static_cast<size_t>(r)];
-    st.run.device = static_cast<int>(r);
-    const auto samples = replay_memory(*st.program, static_cast<int32_t>(r), st.run.persistent_bytes, st.op_start, st.op_end);
-    st.run.timeline_peak_bytes = st.run.persistent_bytes;
-    for (const MemorySample& m : samples) st.run.timeline_peak_bytes = std::max(st.run.timeline_peak_bytes, m.hbm_bytes);
-    res.ranks.push_back(st.run);
-    if (st.run.end > res.ranks[static_cast<size_t>(res.slowest_rank)].end) res.slowest_rank = static_cast<int32_t>(r);
-    append_timeline(st, res.timeline);
+  check_executable(sc, opt);
+  const ProcessPlacement place = place_process(job);
+  int device = -1;
+  agree_on_input(job, [&] { device = device_of(place, visible_gpus(), "mpirun"); });
+  char bus_id[64] = {};
+  MOESIM_CUDA_CHECK(cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, device));
+  check_distinct_devices(job, place, bus_id, "mpirun");
+  bool has_flash_attention = false;
+  std::string no_cudnn;
+  const bool cudnn_attention = use_cudnn_attention(g, has_flash_attention, no_cudnn);
+  const int64_t rank = job.rank();
+  std::unique_ptr<RankState> r;
+  agree_on_input(job, [&] { r = prepare_rank(sc, g, rank, opt, cudnn_attention); });
+  MOESIM_CUDA_CHECK(cudaSetDevice(device));
+  Comms comms;
+  init_rank_comms(g, rank, job, comms);
+
+  RankMeasurement kept;
+  kept.rank = static_cast<int32_t>(rank);
+  r->device = device;
+  setup_rank(*r, sc, g, cudnn_attention);
+  for (int step = 0; step < opt.warmup_steps + opt.measured_steps; ++step) {
+    job.barrier();
+    MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
+    job.barrier();
+    run_step(*r, g, sc, comms, cudnn_attention, opt, step, kept);
   }
-  std::sort(res.timeline.records.begin(), res.timeline.records.end(), [](const ExecRecord& a, const ExecRecord& c) {
-    return std::tie(a.start, a.rank, a.stream, a.op) < std::tie(c.start, c.rank, c.stream, c.op);
-  });
-  res.timeline.step_end = res.step_time;
+  const std::vector<std::string> all = job.gather(encode_measurement(kept));
+  if (job.rank() != 0) return ExecResult{};
+  std::vector<RankMeasurement> measured;
+  for (const std::string& bytes : all) measured.push_back(decode_measurement(bytes));
+  ExecResult res = assemble_result(g, measured);
+  res.attention_kernels = attention_kernels(has_flash_attention, cudnn_attention, no_cudnn);
   return res;
 }
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-// The executor: runs the per-rank programs of a StepGraph on the local GPUs, one host thread per
-// GPU, and reports when each op ran (a Timeline in the simulator's format, so report/trace.hpp
-// writes the same trace) and how much memory each rank held.
+// The executor: runs the per-rank programs of a StepGraph on GPUs - the local ones from one host
+// thread each, or one rank per process of an MPI job - and reports when each op ran (a Timeline in
+// the simulator's format, so report/trace.hpp writes the same trace) and how much memory each rank
+// held (backend/exec_result.hpp).
 //
 // Execution contract (program.hpp, with the engine's queues made concrete):
 //   - queues are CUDA streams: one compute stream, one copy stream, and one stream per
@@ -12,8 +13,9 @@
 //   - each op is timed by CUDA events recorded on its stream before and after it, relative to a
 //     step-start event that every stream of the rank waits for;
 //   - a collective runs over an NCCL communicator per group kind (ncclCommInitAll over each
-//     group's devices, then each rank's thread calls its own communicator); groups of one member
-//     take no time, as in the engine; all-to-all(v) is grouped ncclSend/ncclRecv;
+//     group's devices in one process, ncclCommInitRank in each process of a job; then each rank
+//     calls its own communicator); groups of one member take no time, as in the engine;
+//     all-to-all(v) is grouped ncclSend/ncclRecv;
 //   - memory: persistent state (params, master params, grads, optimizer states; the engine's
 //     `runtime` excluded) is allocated for real at start; the transient tensors are placed in one
 //     slab by memory/buffer_plan.hpp's plan_slab on the op times of the last warm-up step (the
@@ -25,7 +27,7 @@
 // Caveats: this backend measures time and memory, not numerics (op_kernels.hpp): values do not
 // flow between ops. Operand arenas, index tables and the pinned swap scratch are the executor's
 // own and are reported apart from the measured peak. If one rank fails mid-step the others may
-// wait in NCCL; run under a timeout.
+// wait in NCCL; run under a timeout (an MPI job is ended by the command: MPI_Abort).
 #pragma once
 
 #include <array>
@@ -35,6 +37,8 @@
 #include <vector>
 
 #include "backend/cuda/op_kernels.hpp"
+#include "backend/exec_result.hpp"
+#include "core/distributed.hpp"
 #include "graph/timeline.hpp"
 #include "graph/queues.hpp"
 #include "graph/step_graph.hpp"
@@ -53,13 +57,6 @@ struct QueuePlan {
 };
 QueuePlan plan_queues(const Program& p);
 
-
-// HBM and DDR in use on one rank over time when `p`'s memory effects apply at the given op start
-// and end times (allocations and swap-in at starts, frees and swap-out at ends; at equal times
-// frees first), starting from `persistent_bytes`: the executor's memory samples from measured
-// times, and with the engine's times the engine's own memory curve.
-std::vector<MemorySample> replay_memory(const Program& p, int32_t rank, double persistent_bytes,
-                                        std::span<const Picoseconds> starts, std::span<const Picoseconds> ends);
 
 // The step the execution contract gives for given op durations: every rank's ops in program
 // order, each starting when its queue predecessor and its explicit dependencies have ended, a
@@ -91,40 +88,20 @@ struct ExecOptions {
   int measured_steps = 3;    // the reported step is the one with the median step time
 };
 
-struct RankRun {
-  int32_t rank = 0;
-  int device = 0;
-  std::string device_name;
-  double persistent_bytes = 0;         // allocated for real: params, master params, grads, optimizer states
-  double context_bytes = 0;            // device memory in use before the rank allocated anything (CUDA context, NCCL)
-  double executor_bytes = 0;           // operand arenas, index tables, GEMM workspace: the executor's own, not the step's
-  double slab_bytes = 0;               // the transient tensors' slab (plan_slab), allocated for real
-  int64_t slab_waits = 0;              // event waits the slab's placement added to the step
-  // Device memory in use at the end of the reported step (cudaMemGetInfo) less executor_bytes:
-  // CUDA context, NCCL (its buffers included), libraries, persistent state and the slab.
-  double device_bytes = 0;
-  // Persistent + the transient tensors at their peak when allocations and frees count in program
-  // order (plan_buffers), and when they count at the measured op starts and ends (replay_memory:
-  // the engine's accounting on measured times).
-  double program_order_peak_bytes = 0;
-  double timeline_peak_bytes = 0;
-  Picoseconds end = 0;                 // last op end in the reported step
-};
-
-struct ExecResult {
-  std::vector<Picoseconds> step_times;  // every measured step (max over ranks)
-  Picoseconds step_time = 0;            // the reported (median) step
-  int32_t slowest_rank = 0;
-  Timeline timeline;                    // the reported step: every op of every rank, memory of every rank
-  std::vector<RankRun> ranks;
-  // What ran flash_attention: "cudnn 91400" (cuDNN's fused SDPA, its version), "backend kernels"
-  // with the reason cuDNN was not used, or "no flash_attention op".
-  std::string attention_kernels;
-};
-
-// Runs the graph. The plan's rank count must equal the number of visible GPUs (InputError naming
-// `scenario_file` and /num_devices otherwise).
+// Runs the graph in this process, one thread per rank. The plan's rank count must equal the
+// number of visible GPUs (InputError naming `scenario_file` and /num_devices otherwise).
 ExecResult execute(const Scenario& scenario, const StepGraph& g, const ExecOptions& options);
+
+// Runs the graph over the processes of `job`: with a launcher (mpirun, even -np 1) one rank per
+// process - rank r of the plan is process r, on the GPU of its local rank (rank_bootstrap.hpp);
+// it builds only its own program's state, joins its groups' NCCL communicators (ncclCommInitRank,
+// the unique ids made by process 0 and broadcast), and times its own ops with CUDA events; a host
+// barrier over the job starts each step, as the threads' barrier does in one process. Process 0
+// gathers every rank's measurements and returns the result assemble_result gives (the same as one
+// process with the same op times); the other processes return an empty result. The job must have
+// one process per rank of the plan (InputError naming /num_devices otherwise). Without a launcher
+// it is execute(scenario, g, options) above.
+ExecResult execute(const Scenario& scenario, const StepGraph& g, const ExecOptions& options, Distributed& job);
 
 // Number of visible CUDA devices (0 without a driver or GPU; never throws).
 int visible_gpus();

@@ -26,6 +26,7 @@
 #include "app/run_command.hpp"
 #include "app/slice_command.hpp"
 #include "app/fusion_command.hpp"
+#include "app/progress.hpp"
 #include "app/sweep_command.hpp"
 #include "app/trace_commands.hpp"
 #include "core/error.hpp"
@@ -373,6 +374,8 @@ int main(int argc, char** argv) {
       EngineOptions eo;
       eo.distinct_ranks = opt.distinct_ranks;
       eo.rank_speed = rank_speeds(s.spec);
+      const bool show_progress = progress_wanted(opt.json);
+      if (show_progress) draw_progress(0, steps, "sampled steps", start);
       for (int64_t step = 0; step < steps; ++step) {
         eo.step = step;
         eo.record_timeline = step == 0 && (!opt.trace.empty() || !opt.memory_csv.empty());
@@ -383,7 +386,9 @@ int main(int argc, char** argv) {
           if (opt.graph_file.empty()) throw;
           throw InputError("--graph", "", e.what());
         }
+        if (show_progress) draw_progress(step + 1, steps, "sampled steps", start);
       }
+      if (show_progress) end_progress();
       const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (!opt.trace.empty()) {
         write_file_atomically(opt.trace, chrome_trace_json(graph, results.front().timeline, TraceOptions{opt.trace_ranks}),

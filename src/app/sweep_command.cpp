@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "app/sweep_command.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -9,8 +10,9 @@
 #include <thread>
 
 #include <CLI/CLI.hpp>
-#include <unistd.h>
+#include <csignal>
 
+#include "app/progress.hpp"
 #include "core/error.hpp"
 #include "search/distributed.hpp"
 #include "search/streamed_file.hpp"
@@ -39,25 +41,33 @@ CLI::App* add_sweep_command(CLI::App& app, SweepCliOptions& opt) {
 
 namespace {
 
-// "[=====>     ] 1,234 / 6,912" on one terminal line, redrawn in place.
-void draw_progress(int64_t done, int64_t total, std::chrono::steady_clock::time_point start) {
-  constexpr int kWidth = 40;
-  const double frac = total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 1.0;
-  const int filled = static_cast<int>(frac * kWidth);
-  std::string bar(static_cast<size_t>(filled), '=');
-  if (filled < kWidth) bar += '>';
-  bar.resize(kWidth, ' ');
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  // The estimate assumes the rest goes at the average rate so far (rejected configurations are
-  // cheap and spread over the space, so it wanders a little).
-  char eta[32] = "";
-  if (done > 0 && done < total) {
-    std::snprintf(eta, sizeof eta, ", ~%.0f s left", s * static_cast<double>(total - done) / static_cast<double>(done));
+// Ctrl-C during a sweep: the workers stop after the configuration each is on, the CSV keeps the
+// rows of every configuration before the first unfinished one, and the command exits 130 (128 +
+// SIGINT, as a shell reports it). The handler is reset by its first run, so a second Ctrl-C ends
+// the process at once.
+std::atomic<bool> interrupted{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
+extern "C" void on_interrupt(int) { interrupted.store(true); }
+
+class InterruptHandler {
+ public:
+  InterruptHandler() {
+    struct sigaction sa {};
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND;
+    installed_ = ::sigaction(SIGINT, &sa, &previous_) == 0;
   }
-  std::fprintf(stderr, "\r[%s] %lld / %lld configurations, %.0f s%s   ", bar.c_str(), static_cast<long long>(done),
-               static_cast<long long>(total), s, eta);
-  std::fflush(stderr);
-}
+  ~InterruptHandler() {
+    if (installed_) ::sigaction(SIGINT, &previous_, nullptr);
+  }
+  InterruptHandler(const InterruptHandler&) = delete;
+  InterruptHandler& operator=(const InterruptHandler&) = delete;
+
+ private:
+  struct sigaction previous_ {};
+  bool installed_ = false;
+};
 
 }  // namespace
 
@@ -82,6 +92,9 @@ int run_sweep_command(const SweepCliOptions& opt) {
       return 0;
     }
     const bool root = dist->rank() == 0;
+    // Under MPI every process would have to stop at the same round: there Ctrl-C ends the job.
+    std::optional<InterruptHandler> on_ctrl_c;
+    if (dist->size() == 1) on_ctrl_c.emplace();
     std::optional<StreamedFile> csv;
     if (root && !opt.csv.empty()) {
       csv.emplace(opt.csv, "--csv");
@@ -95,12 +108,22 @@ int run_sweep_command(const SweepCliOptions& opt) {
       summary.add(o);
       if (csv) csv->write(sweep_csv_row(space, o));
     };
-    const bool show_progress = root && ::isatty(STDERR_FILENO) != 0;
-    if (show_progress) run.progress = [&](int64_t done, int64_t total) { draw_progress(done, total, start); };
-    run_sweep(space, run, *dist);
-    if (show_progress) std::fprintf(stderr, "\n");
+    const bool show_progress = root && progress_wanted(opt.json);
+    if (show_progress) {
+      run.progress = [&](int64_t done, int64_t total) { draw_progress(done, total, "configurations", start); };
+    }
+    if (on_ctrl_c) run.stop = &interrupted;
+    const int64_t num_done = run_sweep(space, run, *dist);
+    if (show_progress) end_progress();
     if (!root) return 0;
     if (csv) csv->commit();
+    if (num_done < space.num_configs()) {
+      std::string done = std::to_string(num_done) + " of " + std::to_string(space.num_configs()) + " configurations";
+      if (num_done > 0) done += " (0 to " + std::to_string(num_done - 1) + ")";
+      if (csv) done += "; the CSV '" + opt.csv + "' holds their rows, complete";
+      std::cerr << "moesim sweep: interrupted after " << done << "\n";
+      return 130;
+    }
     SweepRunInfo info;
     info.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     info.threads = run.threads;

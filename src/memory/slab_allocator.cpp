@@ -39,14 +39,15 @@ uint32_t SlabAllocator::new_node() {
 void SlabAllocator::drop_node(uint32_t id) { spare_.push_back(id); }
 
 void SlabAllocator::mark_free(uint32_t id) {
-  nodes_[id].free_slot = static_cast<uint32_t>(free_.size());
-  free_.push_back(id);
+  Node& n = nodes_[id];
+  n.free_slot = static_cast<uint32_t>(free_.size());
+  free_.push_back(FreeBlock{n.size, n.offset, n.last_release_op, id});
 }
 
 void SlabAllocator::unmark_free(uint32_t id) {
   const uint32_t slot = nodes_[id].free_slot;
   free_[slot] = free_.back();
-  nodes_[free_[slot]].free_slot = slot;
+  nodes_[free_[slot].id].free_slot = slot;
   free_.pop_back();
   nodes_[id].free_slot = kNone;
 }
@@ -68,13 +69,16 @@ void SlabAllocator::absorb_next(uint32_t id) {
 
 SlabAllocator::Placement SlabAllocator::place(uint64_t bytes, uint32_t op) {
   if (bytes == 0 || bytes % kSlabAlignment != 0) throw std::logic_error("SlabAllocator: unaligned request");
-  // Best fit among the free blocks this op may reuse (not memory released by ops issued later).
+  // Best fit among the free blocks this op may reuse (not memory released by ops issued later):
+  // the smallest that holds the request, the lowest offset among equals.
   uint32_t best = kNone;
-  for (uint32_t id : free_) {
-    const Node& n = nodes_[id];
-    if (n.size < bytes || n.last_release_op >= static_cast<int64_t>(op)) continue;
-    if (best == kNone || n.size < nodes_[best].size || (n.size == nodes_[best].size && n.offset < nodes_[best].offset)) {
-      best = id;
+  uint64_t best_size = 0, best_offset = 0;
+  for (const FreeBlock& f : free_) {
+    if (f.size < bytes || f.last_release_op >= static_cast<int64_t>(op)) continue;
+    if (best == kNone || f.size < best_size || (f.size == best_size && f.offset < best_offset)) {
+      best = f.id;
+      best_size = f.size;
+      best_offset = f.offset;
     }
   }
   uint32_t id = best;

@@ -12,8 +12,10 @@
 // that op waits for the release: each placement says, per queue, the latest releasing op of the
 // memory it reuses, so a caller can order the reuse (the executor turns it into a CUDA event wait).
 //
-// Blocks live in a pool of nodes linked in offset order (coalescing is O(1)); the free ones are
-// few at any time, so best fit scans them.
+// Blocks live in a pool of nodes linked in offset order (coalescing is O(1)). Best fit scans the
+// free ones, which are kept in one array with what the fit compares (size, offset, latest
+// release) copied beside each block's id: the scan reads contiguous memory instead of chasing
+// nodes across the pool, and taking or freeing a block is O(1) (swap with the last entry).
 #pragma once
 
 #include <cstdint>
@@ -68,11 +70,20 @@ class SlabAllocator {
   void unmark_free(uint32_t id);
   void absorb_next(uint32_t id);  // merges the (free) next node into the (free) node `id`
 
+  // A free block as the fit sees it: its node's fields, copied while the block is free (a free
+  // block's node does not change until it leaves free_).
+  struct FreeBlock {
+    uint64_t size;
+    uint64_t offset;
+    int64_t last_release_op;
+    uint32_t id;
+  };
+
   bool track_;
   std::vector<Node> nodes_;
   std::vector<QueueClock> released_;  // per node when tracking: per queue, the latest release its memory holds
   std::vector<uint32_t> spare_;  // unused node ids
-  std::vector<uint32_t> free_;   // free blocks
+  std::vector<FreeBlock> free_;  // the free blocks, in no order
   uint32_t last_ = kNone;        // the block at the top
   uint64_t top_ = 0;
   uint64_t high_ = 0;

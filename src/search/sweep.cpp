@@ -192,15 +192,19 @@ void SweepSummary::add(const ConfigOutcome& o) {
 
 namespace {
 
+bool stopped(const SweepRunOptions& opt) { return opt.stop != nullptr && opt.stop->load(std::memory_order_relaxed); }
+
 // Evaluates the configurations of `blocks` (block numbers), one thread per evaluator pulling
 // blocks from a shared counter; outcomes in block order. `done_before` and `scale` turn this
-// process's progress into an estimate for the whole sweep.
+// process's progress into an estimate for the whole sweep. After a stop, the outcomes are cut to
+// the longest prefix that finished.
 std::vector<ConfigOutcome> evaluate_blocks(const SweepSpace& space,
                                            std::vector<std::unique_ptr<ConfigEvaluator>>& evaluators,
                                            const std::vector<int64_t>& blocks, const SweepRunOptions& opt,
                                            int64_t done_before, int64_t scale) {
   const int64_t block = space.block_size();
   std::vector<ConfigOutcome> out(blocks.size() * static_cast<size_t>(block));
+  std::vector<uint8_t> finished(out.size(), 0);  // each written by the one thread that evaluates it
   std::atomic<size_t> next{0};
   std::atomic<int64_t> done{0};
   std::atomic<bool> failed{false};
@@ -210,7 +214,10 @@ std::vector<ConfigOutcome> evaluate_blocks(const SweepSpace& space,
     try {
       for (size_t b = next++; b < blocks.size() && !failed; b = next++) {
         for (int64_t i = 0; i < block; ++i) {
-          out[b * static_cast<size_t>(block) + static_cast<size_t>(i)] = ev.evaluate(blocks[b] * block + i);
+          if (stopped(opt)) return;
+          const size_t k = b * static_cast<size_t>(block) + static_cast<size_t>(i);
+          out[k] = ev.evaluate(blocks[b] * block + i);
+          finished[k] = 1;
           ++done;
         }
       }
@@ -226,7 +233,7 @@ std::vector<ConfigOutcome> evaluate_blocks(const SweepSpace& space,
     // Every evaluator on its own thread; the calling thread draws progress until they finish.
     for (size_t t = 0; t < num_threads; ++t) threads.emplace_back(work, std::ref(*evaluators[t]));
     const int64_t total = space.num_configs();
-    while (done < static_cast<int64_t>(out.size()) && !failed) {
+    while (done < static_cast<int64_t>(out.size()) && !failed && !stopped(opt)) {
       opt.progress(std::min(total, done_before + done * scale), total);
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
@@ -236,6 +243,7 @@ std::vector<ConfigOutcome> evaluate_blocks(const SweepSpace& space,
   }
   for (auto& t : threads) t.join();
   if (error) std::rethrow_exception(error);
+  if (stopped(opt)) out.resize(static_cast<size_t>(std::find(finished.begin(), finished.end(), 0) - finished.begin()));
   return out;
 }
 
@@ -315,7 +323,8 @@ std::vector<ConfigOutcome> decode_outcomes(const std::string& bytes) {
   return out;
 }
 
-void run_sweep(const SweepSpace& space, const SweepRunOptions& opt, Distributed& dist) {
+int64_t run_sweep(const SweepSpace& space, const SweepRunOptions& opt, Distributed& dist) {
+  if (opt.stop != nullptr && dist.size() > 1) throw std::logic_error("run_sweep: a stop flag needs a single process");
   const int64_t block = space.block_size();
   const int64_t num_blocks = space.num_configs() / block;
   const int64_t threads = std::max<int64_t>(opt.threads, 1);
@@ -349,8 +358,10 @@ void run_sweep(const SweepSpace& space, const SweepRunOptions& opt, Distributed&
     if (opt.consume) {
       for (const ConfigOutcome& o : all) opt.consume(o);
     }
+    if (stopped(opt)) return first * block + static_cast<int64_t>(all.size());
     if (opt.progress) opt.progress(last * block, space.num_configs());
   }
+  return space.num_configs();
 }
 
 }  // namespace moesim

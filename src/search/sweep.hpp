@@ -12,6 +12,7 @@
 // round of outcomes, not the whole sweep.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -88,10 +89,15 @@ struct SweepRunOptions {
   std::function<void(const ConfigOutcome&)> consume;
   // Rank 0: (configurations done, total), from the calling thread, a few times a second.
   std::function<void(int64_t, int64_t)> progress;
+  // Single process only: when it becomes true (a signal handler sets it), the workers stop after
+  // the configuration each is on, and the outcomes of the longest finished prefix of the index
+  // order are consumed; the rest are dropped.
+  const std::atomic<bool>* stop = nullptr;
 };
 
-// Runs the sweep over `dist`'s processes. Exceptions from a worker are rethrown here.
-void run_sweep(const SweepSpace& space, const SweepRunOptions& options, Distributed& dist);
+// Runs the sweep over `dist`'s processes. Exceptions from a worker are rethrown here. Returns the
+// number of configurations consumed: all of them, or after a stop the prefix 0..n-1 that finished.
+int64_t run_sweep(const SweepSpace& space, const SweepRunOptions& options, Distributed& dist);
 
 // What a sweep's report needs, gathered from outcomes in index order (bounded by `top` and
 // `max_listed`, whatever the number of configurations).

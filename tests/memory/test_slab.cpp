@@ -2,7 +2,8 @@
 // The slab allocator against hand-worked placements (best fit, coalescing, growth at the top,
 // which releases a block's memory comes from), the ordering clocks, and plan_slab: the waits it
 // adds are exactly the cross-queue reuses the program does not order already, and on random
-// programs and timelines no two buffers live at one time ever share memory.
+// programs and timelines no two buffers live at one time ever share memory. On random requests the
+// allocator's search structure places exactly as a plain scan of every block.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -121,6 +122,102 @@ TEST_CASE("random requests: blocks never overlap, live bytes add up, every relea
   const uint64_t high = s.high_water();
   CHECK(s.place(high, 6000).offset == 0);
   CHECK(s.high_water() == high);
+}
+
+namespace {
+
+// The placement policy written as plainly as possible: the blocks in offset order in one vector,
+// best fit by scanning all of them. The allocator must place exactly as this does.
+class ReferenceSlab {
+ public:
+  uint64_t place(uint64_t bytes, uint32_t op) {
+    size_t best = blocks_.size();
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      const Block& b = blocks_[i];
+      if (b.live || b.size < bytes || b.last_release_op >= static_cast<int64_t>(op)) continue;
+      if (best == blocks_.size() || b.size < blocks_[best].size) best = i;  // offset order: the first is the lowest
+    }
+    if (best == blocks_.size()) {
+      if (!blocks_.empty() && !blocks_.back().live && blocks_.back().last_release_op < static_cast<int64_t>(op)) {
+        best = blocks_.size() - 1;
+        blocks_[best].size = bytes;  // the free top block grows to the request
+      } else {
+        const uint64_t top = blocks_.empty() ? 0 : blocks_.back().offset + blocks_.back().size;
+        blocks_.push_back({top, bytes, false, -1});
+        best = blocks_.size() - 1;
+      }
+    }
+    Block& b = blocks_[best];
+    if (b.size > bytes) {
+      blocks_.insert(blocks_.begin() + static_cast<std::ptrdiff_t>(best) + 1,
+                     {b.offset + bytes, b.size - bytes, false, b.last_release_op});
+    }
+    Block& placed = blocks_[best];
+    placed.size = bytes;
+    placed.live = true;
+    placed.last_release_op = -1;
+    high_ = std::max(high_, blocks_.back().offset + blocks_.back().size);
+    return placed.offset;
+  }
+  void release(uint64_t offset, uint32_t op) {
+    size_t i = 0;
+    while (blocks_[i].offset != offset) ++i;
+    blocks_[i].live = false;
+    blocks_[i].last_release_op = op;
+    if (i + 1 < blocks_.size() && !blocks_[i + 1].live) merge(i);
+    if (i > 0 && !blocks_[i - 1].live) merge(i - 1);
+  }
+  uint64_t high_water() const { return high_; }
+
+ private:
+  struct Block {
+    uint64_t offset, size;
+    bool live;
+    int64_t last_release_op;
+  };
+  void merge(size_t i) {  // block i absorbs block i + 1
+    blocks_[i].size += blocks_[i + 1].size;
+    blocks_[i].last_release_op = std::max(blocks_[i].last_release_op, blocks_[i + 1].last_release_op);
+    blocks_.erase(blocks_.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+  }
+  std::vector<Block> blocks_;
+  uint64_t high_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("random requests: the allocator places exactly as the plain best-fit scan") {
+  // Sizes from a few classes (many equal sizes: ties broken by offset) and ops numbered out of
+  // time order (releases by ops issued after the placing one are not reusable).
+  for (uint64_t seed : {1, 2, 3}) {
+    std::mt19937_64 rng(seed);
+    for (bool track : {false, true}) {
+      SlabAllocator s(track);
+      ReferenceSlab ref;
+      struct Live {
+        SlabAllocator::Handle block;
+        uint64_t offset;
+      };
+      std::vector<Live> live;
+      for (uint32_t step = 0; step < 20000; ++step) {
+        const uint32_t op = step / 4 + static_cast<uint32_t>(rng() % 64);
+        if (!live.empty() && rng() % 100 < 48) {
+          const size_t k = rng() % live.size();
+          s.release(live[k].block, op, kComputeQueue, static_cast<int32_t>(step));
+          ref.release(live[k].offset, op);
+          live[k] = live.back();
+          live.pop_back();
+        } else {
+          const uint64_t bytes = K * (rng() % 4 == 0 ? 1 + rng() % 256 : uint64_t{1} << (rng() % 6));
+          const SlabAllocator::Placement p = s.place(bytes, op);
+          const uint64_t expected = ref.place(bytes, op);
+          REQUIRE(p.offset == expected);
+          live.push_back({p.block, p.offset});
+        }
+        REQUIRE(s.high_water() == ref.high_water());
+      }
+    }
+  }
 }
 
 namespace {

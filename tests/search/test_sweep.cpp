@@ -174,3 +174,19 @@ TEST_CASE("routing mechanisms are sweep axes: one graph, each configuration its 
     CHECK(fresh.evaluate(o.index).step_time_s == o.step_time_s);
   }
 }
+
+TEST_CASE("run_sweep returns the configurations consumed: all, or none after a stop before the start") {
+  const SweepSpace& s = small();
+  auto dist = single_process();
+  int64_t consumed = 0;
+  SweepRunOptions o;
+  o.threads = 2;
+  o.consume = [&](const ConfigOutcome&) { ++consumed; };
+  CHECK(run_sweep(s, o, *dist) == s.num_configs());
+  CHECK(consumed == s.num_configs());
+  std::atomic<bool> stop{true};
+  o.stop = &stop;
+  consumed = 0;
+  CHECK(run_sweep(s, o, *dist) == 0);
+  CHECK(consumed == 0);
+}

@@ -182,25 +182,26 @@ void write_program(Writer& w, const Program& p) {
   check_layout(p);
   w.raw("    {\n      \"stage\": ");
   w.number(p.stage);
-  w.raw(",\n      \"persistent\": {\"params\": ");
-  w.number(p.persistent.params, "persistent params");
-  w.raw(", \"master_params\": ");
-  w.number(p.persistent.master_params, "persistent master_params");
-  w.raw(", \"grads\": ");
-  w.number(p.persistent.grads, "persistent grads");
-  w.raw(", \"optimizer_states\": ");
-  w.number(p.persistent.optimizer_states, "persistent optimizer_states");
-  w.raw(", \"runtime\": ");
-  w.number(p.persistent.runtime, "persistent runtime");
-  if (p.persistent.host_total() > 0) {  // CPU offload's state in host memory; absent when none
-    w.raw(", \"host_params\": ");
-    w.number(p.persistent.host_params, "persistent host_params");
-    w.raw(", \"host_master_params\": ");
-    w.number(p.persistent.host_master_params, "persistent host_master_params");
-    w.raw(", \"host_grads\": ");
-    w.number(p.persistent.host_grads, "persistent host_grads");
-    w.raw(", \"host_optimizer_states\": ");
-    w.number(p.persistent.host_optimizer_states, "persistent host_optimizer_states");
+  w.raw(",\n      \"persistent\": {");
+  bool first = true;
+  auto state = [&](std::string_view key, double bytes) {
+    w.raw(first ? "\"" : ", \"");
+    first = false;
+    w.raw(key);
+    w.raw("\": ");
+    w.number(bytes, "persistent " + std::string(key));
+  };
+  const PersistentMemory& m = p.persistent;
+  state("params", m.params);
+  state("master_params", m.master_params);
+  state("grads", m.grads);
+  state("optimizer_states", m.optimizer_states);
+  state("runtime", m.runtime);
+  if (m.host_total() > 0) {  // CPU offload's state in host memory; absent when none
+    state("host_params", m.host_params);
+    state("host_master_params", m.host_master_params);
+    state("host_grads", m.host_grads);
+    state("host_optimizer_states", m.host_optimizer_states);
   }
   w.raw("},\n      \"names\": [");
   for (size_t i = 0; i < p.names.size(); ++i) {

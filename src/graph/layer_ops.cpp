@@ -65,8 +65,8 @@ struct SharedExperts {
 // How the expert all-to-all hides under compute (docs/modelling.md#expert-dispatch-overlap) is a
 // matter of op order on the compute queue, since each queue runs in program order and the
 // all-to-all has a queue of its own; the backward runs the tape in reverse:
-//   - moe_dispatch_chunks N: N dispatches are issued at once; chunk i's experts run while chunk
-//     i+1's tokens travel, and chunk i's combine while chunk i+1 computes.
+//   - moe_dispatch_chunks N: the EP queue runs the N dispatches back to back; chunk i's experts
+//     run while chunk i+1's tokens travel, and chunk i's combine while chunk i+1 computes.
 //   - moe_local_first: the assignments that stay on the rank skip the all-to-all. Their up-
 //     projection and activation run while the dispatch travels, their down-projection while the
 //     combine does (in the backward: the combine's adjoint under the local down-projection, the
@@ -147,6 +147,10 @@ int moe_block(TapeBuilder& b, int x_in, int64_t layer) {
   auto chunk_name = [&](const std::string& base, int64_t i) {
     return chunks == 1 ? base : base + ".chunk" + std::to_string(i);
   };
+  // "moe.experts." or "moe.experts.local.", then "chunkI." when chunked.
+  auto experts_prefix = [&](bool local, int64_t i) {
+    return chunk_name(local ? "moe.experts.local" : "moe.experts", i) + ".";
+  };
   const std::string up_name = c.fused.permute_gemm ? "permute_up_proj" : "up_proj";
   const int64_t f = m.expert_intermediate_size / c.etp;
   const bool gated = is_gated(c.model->activation);
@@ -168,22 +172,20 @@ int moe_block(TapeBuilder& b, int x_in, int64_t layer) {
   const RoutingPart remote_part = local_first ? RoutingPart::remote : RoutingPart::all;
   std::vector<int> local_act, remote_down;
   for (int64_t i = 0; i < chunks; ++i) {
-    const std::string chunk = chunks == 1 ? "" : "chunk" + std::to_string(i) + ".";
     if (local_first) {
-      local_act.push_back(experts_up("moe.experts.local." + chunk, to_keep, piece(local_rows, chunks, i), RoutingPart::local));
+      local_act.push_back(experts_up(experts_prefix(true, i), to_keep, piece(local_rows, chunks, i), RoutingPart::local));
     }
     // comm_bytes: the chunk's send buffer as nccl-tests sizes it (the rank's own block included);
     // the engine sizes the wire traffic from the routing draw.
     const int64_t rows = piece(remote_rows, chunks, i);
     const int received = b.communicate(OpKind::all_to_all, GroupKind::ep, chunk_name("moe.dispatch", i), to_send,
                                        matrix_desc(rows, w, c.act), bytes_of(piece(assignments, chunks, i) * w, c.act), rl);
-    const int act = experts_up("moe.experts." + chunk, received, rows, remote_part);
-    remote_down.push_back(experts_down("moe.experts." + chunk, act, rows, remote_part));
+    const int act = experts_up(experts_prefix(false, i), received, rows, remote_part);
+    remote_down.push_back(experts_down(experts_prefix(false, i), act, rows, remote_part));
   }
   std::vector<int> combined_parts;
   for (int64_t i = 0; i < chunks && local_first; ++i) {
-    const std::string chunk = chunks == 1 ? "" : "chunk" + std::to_string(i) + ".";
-    combined_parts.push_back(experts_down("moe.experts.local." + chunk, local_act[static_cast<size_t>(i)],
+    combined_parts.push_back(experts_down(experts_prefix(true, i), local_act[static_cast<size_t>(i)],
                                           piece(local_rows, chunks, i), RoutingPart::local));
   }
   if (shared_overlap) shared_out = shared->down(b, shared_act, folded);

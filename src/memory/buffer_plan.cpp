@@ -76,7 +76,10 @@ SlabPlan plan_slab(const Program& p, std::span<const Picoseconds> starts, std::s
   });
   plan.waits.resize(n);
   plan.offsets.resize(n);
+  PlacementFrontier frontier;
+  frontier.reset(p);
   SlabAllocator slab;
+  slab.follow(&frontier);
   std::vector<SlabAllocator::Handle> block(p.buffers.size(), 0);
   for (const Event& e : events) {
     const int q = queue_of(p.ops[e.op]);
@@ -96,6 +99,7 @@ SlabPlan plan_slab(const Program& p, std::span<const Picoseconds> starts, std::s
         if (std::find(w.begin(), w.end(), by) == w.end()) w.push_back(by);
       }
     }
+    frontier.placed(e.op);
   }
   plan.slab_bytes = slab.high_water();
   return plan;

@@ -13,6 +13,7 @@ void RankMemoryLedger::reset(double persistent, double persistent_ddr) {
   pending_.clear();
   pending_time_ = 0;
   slab_.reset();
+  frontier_.clear();
   block_.assign(block_.size(), kNotPlaced);
   hbm_ = persistent;
   ddr_ = persistent_ddr;
@@ -83,11 +84,16 @@ void RankMemoryLedger::place_pending() {
     for (; j > 0 && before(x, pending_[j - 1]); --j) pending_[j] = pending_[j - 1];
     pending_[j] = x;
   }
-  for (const Pending& x : pending_) {
+  slab_.follow(&frontier_);  // again here: the engine keeps its ledgers in a vector that may move them
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    const Pending& x = pending_[i];
     SlabAllocator::Handle& block = block_[x.buffer];
     if (x.takes) {
       if (block != kNotPlaced) throw std::logic_error(describe(x, "placed again by"));
+      if (frontier_.program() != x.program) frontier_.reset(*x.program);
       block = slab_.place(slab_block_bytes(x.program->buffers[x.buffer].bytes), x.op).block;
+      const bool op_done = i + 1 == pending_.size() || pending_[i + 1].op != x.op || !pending_[i + 1].takes;
+      if (op_done) frontier_.placed(x.op);
     } else {
       if (block == kNotPlaced) throw std::logic_error(describe(x, "released but not placed, by"));
       slab_.release(block, x.op, -1, 0);  // the engine needs no waits

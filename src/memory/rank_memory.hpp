@@ -17,6 +17,7 @@
 
 #include "core/enum_names.hpp"
 #include "graph/program.hpp"
+#include "memory/placement_frontier.hpp"
 #include "memory/slab_allocator.hpp"
 
 namespace moesim {
@@ -77,6 +78,7 @@ class RankMemoryLedger {
 
   std::vector<Pending> pending_;
   Picoseconds pending_time_ = 0;
+  PlacementFrontier frontier_;  // the ops still to place, which the slab follows
   SlabAllocator slab_{false};
   static constexpr SlabAllocator::Handle kNotPlaced = UINT32_MAX;
   std::vector<SlabAllocator::Handle> block_;  // per buffer of the program, its block while in HBM

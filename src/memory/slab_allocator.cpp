@@ -65,12 +65,33 @@ void SlabAllocator::absorb_next(uint32_t id) {
   if (a.next != kNone) nodes_[a.next].prev = id;
   if (last_ == nid) last_ = id;
   drop_node(nid);
+  if (a.free_slot != kNone) {  // still listed: the fit reads its copy
+    free_[a.free_slot].size = a.size;
+    free_[a.free_slot].last_release_op = a.last_release_op;
+  }
+}
+
+SlabAllocator::Taken SlabAllocator::take_extent(uint32_t start, uint64_t bytes) {
+  // Absorbs the pieces after `start` until the block holds `bytes` (at the top: until the slab
+  // ends). What is left over lies in the last piece taken, so it keeps that piece's release.
+  unmark_free(start);
+  Taken t{start, nodes_[start].last_release_op, track_ ? released_[start] : QueueClock{}};
+  while (nodes_[start].size < bytes && nodes_[start].next != kNone) {
+    const uint32_t next = nodes_[start].next;
+    t.rest_release_op = nodes_[next].last_release_op;
+    if (track_) t.rest_released = released_[next];
+    unmark_free(next);
+    absorb_next(start);
+  }
+  return t;
 }
 
 SlabAllocator::Placement SlabAllocator::place(uint64_t bytes, uint32_t op) {
   if (bytes == 0 || bytes % kSlabAlignment != 0) throw std::logic_error("SlabAllocator: unaligned request");
-  // Best fit among the free blocks this op may reuse (not memory released by ops issued later):
-  // the smallest that holds the request, the lowest offset among equals.
+  // Best fit among the free memory this op may reuse (released by ops issued before it): the
+  // smallest that holds the request, the lowest offset among equals. First among single pieces,
+  // then, if none holds it, among extents - maximal runs of adjacent reusable pieces - so that a
+  // piece released by an op issued later only breaks an extent instead of hiding it.
   uint32_t best = kNone;
   uint64_t best_size = 0, best_offset = 0;
   for (const FreeBlock& f : free_) {
@@ -81,38 +102,68 @@ SlabAllocator::Placement SlabAllocator::place(uint64_t bytes, uint32_t op) {
       best_offset = f.offset;
     }
   }
-  uint32_t id = best;
-  if (id != kNone) {
-    unmark_free(id);
-  } else if (last_ != kNone && !nodes_[last_].live && nodes_[last_].last_release_op < static_cast<int64_t>(op)) {
-    // The top block is free but too small: extend it.
-    id = last_;
-    unmark_free(id);
-    nodes_[id].size = bytes;
-    top_ = nodes_[id].offset + bytes;
+  if (best == kNone) {
+    compact_.clear();
+    for (const FreeBlock& f : free_) {
+      if (f.last_release_op >= static_cast<int64_t>(op) || reusable(nodes_[f.id].prev, op)) continue;
+      uint64_t size = f.size;
+      bool compactable = false;
+      for (uint32_t m = f.id, n = nodes_[m].next; reusable(n, op); m = n, n = nodes_[n].next) {
+        size += nodes_[n].size;
+        compactable = compactable || mergeable(m, n);
+      }
+      if (compactable) compact_.push_back(f.id);
+      if (size < bytes) continue;
+      if (best == kNone || size < best_size || (size == best_size && f.offset < best_offset)) {
+        best = f.id;
+        best_size = size;
+        best_offset = f.offset;
+      }
+    }
+    // Pieces no op still to place tells apart merge now (extents, and so this fit, are unchanged).
+    for (const uint32_t start : compact_) {
+      for (uint32_t m = start; reusable(m, op); m = nodes_[m].next) {
+        while (mergeable(m, nodes_[m].next)) {
+          unmark_free(nodes_[m].next);
+          absorb_next(m);
+        }
+      }
+    }
+  }
+  Taken t{kNone, -1, QueueClock{}};
+  if (best != kNone) {
+    t = take_extent(best, bytes);
+  } else if (reusable(last_, op)) {
+    // The extent at the top is free but too small: extend it.
+    uint32_t start = last_;
+    while (reusable(nodes_[start].prev, op)) start = nodes_[start].prev;
+    t = take_extent(start, bytes);
+    nodes_[t.block].size = bytes;
+    top_ = nodes_[t.block].offset + bytes;
   } else {
-    id = new_node();
-    Node& n = nodes_[id];
+    t.block = new_node();
+    Node& n = nodes_[t.block];
     n.offset = top_;
     n.size = bytes;
     n.prev = last_;
-    if (last_ != kNone) nodes_[last_].next = id;
-    last_ = id;
+    if (last_ != kNone) nodes_[last_].next = t.block;
+    last_ = t.block;
     top_ += bytes;
   }
+  const uint32_t id = t.block;
   Placement out;
   out.block = id;
   out.offset = nodes_[id].offset;
   if (track_) out.reuses = released_[id];
   if (nodes_[id].size > bytes) {
-    // The rest stays free and keeps its release history.
+    // The rest stays free and keeps the release history of the piece it lies in.
     const uint32_t rid = new_node();
     Node& n = nodes_[id];  // after new_node: the pool may have grown
     Node& r = nodes_[rid];
     r.offset = n.offset + bytes;
     r.size = n.size - bytes;
-    if (track_) released_[rid] = released_[id];
-    r.last_release_op = n.last_release_op;
+    if (track_) released_[rid] = t.rest_released;
+    r.last_release_op = t.rest_release_op;
     r.prev = id;
     r.next = n.next;
     if (n.next != kNone) nodes_[n.next].prev = rid;
@@ -138,11 +189,11 @@ void SlabAllocator::release(Handle block, uint32_t op, int queue, int32_t place)
   live_ -= n.size;
   if (track_ && queue >= 0 && queue < kNumQueues) released_[id][static_cast<size_t>(queue)] = place;
   n.last_release_op = op;
-  if (n.next != kNone && !nodes_[n.next].live) {
+  if (mergeable(id, n.next)) {
     unmark_free(n.next);
     absorb_next(id);
   }
-  if (const uint32_t prev = nodes_[id].prev; prev != kNone && !nodes_[prev].live) {
+  if (const uint32_t prev = nodes_[id].prev; mergeable(prev, id)) {
     unmark_free(prev);
     absorb_next(prev);
     id = prev;

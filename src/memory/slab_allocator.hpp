@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Places a rank's transient tensors in one device slab as they are allocated and released in time
-// order: best fit (the smallest free block that holds the request, the lowest offset on ties),
-// released neighbours coalesced, and the slab grown at its top when no free block fits (a free
-// block at the top is extended rather than left behind). The slab's high water is the memory an
-// allocator of this kind needs for the step: the live tensors at their peak plus what placement
-// leaves in holes.
+// order: best fit (the smallest free piece, else extent, that holds the request, the lowest offset
+// on ties), and the slab grown at its top when nothing fits (a free extent at the top is extended
+// rather than left behind). The slab's high water is the memory an allocator of this kind needs
+// for the step: the live tensors at their peak plus what placement leaves in holes.
 //
 // Ops are numbered in program order, the order a host issues them. A placement for op i reuses
 // only memory released by ops before i in that order (a host cannot wait for work it has not
@@ -12,16 +11,25 @@
 // that op waits for the release: each placement says, per queue, the latest releasing op of the
 // memory it reuses, so a caller can order the reuse (the executor turns it into a CUDA event wait).
 //
-// Blocks live in a pool of nodes linked in offset order (coalescing is O(1)). Best fit scans the
-// free ones, which are kept in one array with what the fit compares (size, offset, latest
-// release) copied beside each block's id: the scan reads contiguous memory instead of chasing
-// nodes across the pool, and taking or freeing a block is O(1) (swap with the last entry).
+// Free memory is kept as pieces, each with the op that released it; neighbours released by one
+// op are one piece. For op i a free extent is a maximal run of adjacent pieces all released
+// before i. Merging neighbours on release regardless (one block, its latest release) would hide
+// memory an earlier-issued op may reuse: when a queue runs ahead of the host's issue order (an
+// expert all-to-all in chunks), one late-issued release would make its whole hole unusable to
+// the ops behind it, and the slab would grow layer after layer.
+//
+// Nodes live in a pool, linked in offset order. Best fit scans the free pieces, which are kept
+// in one array with what the fit compares (size, offset, latest release) copied beside each
+// piece's id; only when no single piece holds a request does it walk the extents. Taking or
+// freeing a piece is O(1) (swap with the last entry).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "graph/queues.hpp"
+#include "memory/placement_frontier.hpp"
 
 namespace moesim {
 
@@ -50,6 +58,10 @@ class SlabAllocator {
   // no history kept).
   void release(Handle block, uint32_t op, int queue, int32_t place);
 
+  // The ops still to place, kept by the caller as it places (nullptr: any op may come, so only
+  // neighbours released by one op are merged).
+  void follow(PlacementFrontier* frontier) { frontier_ = frontier; }
+
   uint64_t high_water() const { return high_; }
   uint64_t live_bytes() const { return live_; }
 
@@ -64,6 +76,15 @@ class SlabAllocator {
     int64_t last_release_op = -1;         // the latest op (program order) whose release this memory holds
   };
 
+  // A block taken from a free extent, and the release history its unused rest keeps.
+  struct Taken {
+    uint32_t block;
+    int64_t rest_release_op;
+    QueueClock rest_released;
+  };
+  bool reusable(uint32_t id, uint32_t op) const;  // a free piece released by an op issued before `op`
+  bool mergeable(uint32_t a, uint32_t b) const;   // free neighbours no op still to place tells apart
+  Taken take_extent(uint32_t start, uint64_t bytes);
   uint32_t new_node();
   void drop_node(uint32_t id);
   void mark_free(uint32_t id);
@@ -88,6 +109,22 @@ class SlabAllocator {
   uint64_t top_ = 0;
   uint64_t high_ = 0;
   uint64_t live_ = 0;
+  PlacementFrontier* frontier_ = nullptr;
+  std::vector<uint32_t> compact_;  // extents to merge after a scan (place)
 };
+
+// The fit's small predicates, inline: place() calls them per free piece.
+inline bool SlabAllocator::reusable(uint32_t id, uint32_t op) const {
+  return id != kNone && !nodes_[id].live && nodes_[id].last_release_op < static_cast<int64_t>(op);
+}
+inline bool SlabAllocator::mergeable(uint32_t a, uint32_t b) const {
+  // Two free neighbours become one piece when no op still to place tells them apart: released by
+  // the same op, or no op issued after the earlier release and up to the later one is to come.
+  if (a == kNone || b == kNone || nodes_[a].live || nodes_[b].live) return false;
+  const int64_t ra = nodes_[a].last_release_op, rb = nodes_[b].last_release_op;
+  if (ra == rb) return true;
+  if (frontier_ == nullptr) return false;
+  return !frontier_->to_place_between(static_cast<uint32_t>(std::min(ra, rb)), static_cast<uint32_t>(std::max(ra, rb)));
+}
 
 }  // namespace moesim

@@ -7,9 +7,11 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <random>
 
 #include "memory/buffer_plan.hpp"
+#include "memory/placement_frontier.hpp"
 #include "memory/slab_allocator.hpp"
 
 using namespace moesim;
@@ -126,36 +128,66 @@ TEST_CASE("random requests: blocks never overlap, live bytes add up, every relea
 
 namespace {
 
-// The placement policy written as plainly as possible: the blocks in offset order in one vector,
-// best fit by scanning all of them. The allocator must place exactly as this does.
+// The placement policy written as plainly as possible: the pieces in offset order in one vector,
+// each with the op that released it; best fit by scanning every piece, then every extent. The
+// allocator must place exactly as this does. `to_place` says which ops may still place (empty:
+// any op may come, so only pieces released by one op merge).
 class ReferenceSlab {
  public:
+  explicit ReferenceSlab(const std::vector<bool>* to_place = nullptr) : to_place_(to_place) {}
+
   uint64_t place(uint64_t bytes, uint32_t op) {
+    const auto reusable = [&](size_t i) { return !blocks_[i].live && blocks_[i].released < static_cast<int64_t>(op); };
     size_t best = blocks_.size();
-    for (size_t i = 0; i < blocks_.size(); ++i) {
-      const Block& b = blocks_[i];
-      if (b.live || b.size < bytes || b.last_release_op >= static_cast<int64_t>(op)) continue;
-      if (best == blocks_.size() || b.size < blocks_[best].size) best = i;  // offset order: the first is the lowest
+    for (size_t i = 0; i < blocks_.size(); ++i) {  // single pieces; offset order: the first is the lowest
+      if (!reusable(i) || blocks_[i].size < bytes) continue;
+      if (best == blocks_.size() || blocks_[i].size < blocks_[best].size) best = i;
     }
-    if (best == blocks_.size()) {
-      if (!blocks_.empty() && !blocks_.back().live && blocks_.back().last_release_op < static_cast<int64_t>(op)) {
-        best = blocks_.size() - 1;
-        blocks_[best].size = bytes;  // the free top block grows to the request
-      } else {
-        const uint64_t top = blocks_.empty() ? 0 : blocks_.back().offset + blocks_.back().size;
-        blocks_.push_back({top, bytes, false, -1});
-        best = blocks_.size() - 1;
+    if (best == blocks_.size()) {  // extents: maximal runs of reusable pieces
+      uint64_t best_size = 0;
+      for (size_t i = 0; i < blocks_.size(); ++i) {
+        if (!reusable(i) || (i > 0 && reusable(i - 1))) continue;
+        uint64_t size = 0;
+        for (size_t j = i; j < blocks_.size() && reusable(j); ++j) size += blocks_[j].size;
+        if (size >= bytes && (best == blocks_.size() || size < best_size)) {
+          best = i;
+          best_size = size;
+        }
       }
+      const uint64_t best_offset = best < blocks_.size() ? blocks_[best].offset : 0;
+      for (size_t i = 0; i + 1 < blocks_.size(); ++i) {  // pieces nothing still to place tells apart merge
+        while (i + 1 < blocks_.size() && reusable(i) && reusable(i + 1) && mergeable(i, i + 1)) merge(i);
+      }
+      if (best < blocks_.size()) {
+        best = 0;
+        while (blocks_[best].offset != best_offset) ++best;
+      }
+    }
+    int64_t rest_released = -1;
+    if (best < blocks_.size()) {
+      rest_released = blocks_[best].released;
+      while (blocks_[best].size < bytes) {
+        rest_released = blocks_[best + 1].released;
+        merge(best);
+      }
+    } else if (!blocks_.empty() && reusable(blocks_.size() - 1)) {
+      best = blocks_.size() - 1;  // the reusable extent at the top grows to the request
+      while (best > 0 && reusable(best - 1)) --best;
+      while (best + 1 < blocks_.size()) merge(best);
+      blocks_[best].size = bytes;
+    } else {
+      const uint64_t top = blocks_.empty() ? 0 : blocks_.back().offset + blocks_.back().size;
+      blocks_.push_back({top, bytes, false, -1});
+      best = blocks_.size() - 1;
     }
     Block& b = blocks_[best];
     if (b.size > bytes) {
-      blocks_.insert(blocks_.begin() + static_cast<std::ptrdiff_t>(best) + 1,
-                     {b.offset + bytes, b.size - bytes, false, b.last_release_op});
+      blocks_.insert(blocks_.begin() + static_cast<std::ptrdiff_t>(best) + 1, {b.offset + bytes, b.size - bytes, false, rest_released});
     }
     Block& placed = blocks_[best];
     placed.size = bytes;
     placed.live = true;
-    placed.last_release_op = -1;
+    placed.released = -1;
     high_ = std::max(high_, blocks_.back().offset + blocks_.back().size);
     return placed.offset;
   }
@@ -163,9 +195,9 @@ class ReferenceSlab {
     size_t i = 0;
     while (blocks_[i].offset != offset) ++i;
     blocks_[i].live = false;
-    blocks_[i].last_release_op = op;
-    if (i + 1 < blocks_.size() && !blocks_[i + 1].live) merge(i);
-    if (i > 0 && !blocks_[i - 1].live) merge(i - 1);
+    blocks_[i].released = op;
+    if (i + 1 < blocks_.size() && mergeable(i, i + 1)) merge(i);
+    if (i > 0 && mergeable(i - 1, i)) merge(i - 1);
   }
   uint64_t high_water() const { return high_; }
 
@@ -173,13 +205,24 @@ class ReferenceSlab {
   struct Block {
     uint64_t offset, size;
     bool live;
-    int64_t last_release_op;
+    int64_t released;
   };
+  bool mergeable(size_t i, size_t j) const {
+    const Block &a = blocks_[i], &b = blocks_[j];
+    if (a.live || b.live) return false;
+    if (a.released == b.released) return true;
+    if (to_place_ == nullptr) return false;
+    for (int64_t op = std::min(a.released, b.released) + 1; op <= std::max(a.released, b.released); ++op) {
+      if ((*to_place_)[static_cast<size_t>(op)]) return false;
+    }
+    return true;
+  }
   void merge(size_t i) {  // block i absorbs block i + 1
     blocks_[i].size += blocks_[i + 1].size;
-    blocks_[i].last_release_op = std::max(blocks_[i].last_release_op, blocks_[i + 1].last_release_op);
+    blocks_[i].released = std::max(blocks_[i].released, blocks_[i + 1].released);
     blocks_.erase(blocks_.begin() + static_cast<std::ptrdiff_t>(i) + 1);
   }
+  const std::vector<bool>* to_place_;
   std::vector<Block> blocks_;
   uint64_t high_ = 0;
 };
@@ -218,6 +261,110 @@ TEST_CASE("random requests: the allocator places exactly as the plain best-fit s
       }
     }
   }
+}
+
+TEST_CASE("random programs on queues that run ahead: placement as the plain scan, following the ops still to place") {
+  // Ops 0..n-1 in program order, each on one of three queues; a queue runs its ops in order, the
+  // queues interleave at random in time. Op i places one block and releases blocks placed
+  // before it in time.
+  for (uint64_t seed : {11, 12, 13}) {
+    std::mt19937_64 rng(seed);
+    constexpr uint32_t n = 6000;
+    std::array<std::vector<uint32_t>, 3> queue;
+    for (uint32_t i = 0; i < n; ++i) queue[rng() % 3].push_back(i);
+    std::array<size_t, 3> next{};
+    PlacementFrontier frontier;
+    frontier.reset(n);
+    std::vector<bool> to_place(n, true);
+    SlabAllocator s;
+    s.follow(&frontier);
+    ReferenceSlab ref(&to_place);
+    struct Live {
+      SlabAllocator::Handle block;
+      uint64_t offset;
+    };
+    std::vector<Live> live;
+    uint32_t releases_seen = 0;
+    for (uint32_t done = 0; done < n; ++done) {
+      size_t q = rng() % 3;
+      while (next[q] == queue[q].size()) q = (q + 1) % 3;
+      const uint32_t op = queue[q][next[q]++];
+      const uint64_t bytes = K * (rng() % 4 == 0 ? 1 + rng() % 64 : uint64_t{1} << (rng() % 5));
+      const SlabAllocator::Placement p = s.place(bytes, op);
+      REQUIRE(p.offset == ref.place(bytes, op));
+      live.push_back({p.block, p.offset});
+      frontier.placed(op);
+      to_place[op] = false;
+      for (int r = 0; r < 2 && live.size() > 1 && rng() % 2; ++r) {
+        const size_t k = rng() % (live.size() - 1);
+        s.release(live[k].block, op, static_cast<int>(q), static_cast<int32_t>(next[q]));
+        ref.release(live[k].offset, op);
+        live[k] = live[live.size() - 2];
+        live[live.size() - 2] = live.back();
+        live.pop_back();
+        ++releases_seen;
+      }
+      REQUIRE(s.high_water() == ref.high_water());
+      REQUIRE(s.live_bytes() <= s.high_water());
+    }
+    CHECK(releases_seen > 1000);
+  }
+}
+
+TEST_CASE("a release by an op issued later breaks a hole but does not hide the memory beside it") {
+  // [a 2K][b 2K][c K]: a released by op 3, b by op 9 (its queue ran ahead), op 5 still to place.
+  PlacementFrontier frontier;
+  frontier.reset(16);
+  SlabAllocator s;
+  s.follow(&frontier);
+  const auto a = s.place(2 * K, 0);
+  const auto b = s.place(2 * K, 1);
+  s.place(K, 2);
+  for (uint32_t op : {0, 1, 2}) frontier.placed(op);
+  s.release(a.block, 3, kComputeQueue, 1);
+  s.release(b.block, 9, kCopyQueue, 1);
+  // Op 5 may reuse a (released by op 3) but not b: a 2K request takes a in place, where one
+  // block with b's later release would have made the slab grow.
+  CHECK(s.place(2 * K, 5).offset == a.offset);
+  CHECK(s.high_water() == 5 * K);
+}
+
+TEST_CASE("neighbours merge once no op still to place was issued between their releases") {
+  // [a 2K][b 2K][c K]; op 5 is still to place when a (op 3) and b (op 9) are released, so they
+  // stay two pieces: a 4K request by op 4 (which may reuse a only) grows the slab. Once ops 4-9
+  // have placed, a 4K request by op 10 takes a and b as one extent, in place.
+  PlacementFrontier frontier;
+  frontier.reset(16);
+  SlabAllocator s;
+  s.follow(&frontier);
+  const auto a = s.place(2 * K, 0);
+  const auto b = s.place(2 * K, 1);
+  s.place(K, 2);
+  for (uint32_t op : {0, 1, 2}) frontier.placed(op);
+  CHECK(frontier.to_place_between(2, 3));
+  s.release(a.block, 3, kComputeQueue, 1);
+  s.release(b.block, 9, kCopyQueue, 1);
+  CHECK(s.place(4 * K, 4).offset == 5 * K);
+  for (uint32_t op = 4; op <= 9; ++op) frontier.placed(op);
+  CHECK_FALSE(frontier.to_place_between(3, 9));
+  CHECK(frontier.to_place_between(3, 10));
+  CHECK(s.place(4 * K, 10).offset == 0);
+  CHECK(s.high_water() == 9 * K);
+}
+
+TEST_CASE("the frontier: the first op still to place, over ops that allocate nothing") {
+  PlacementFrontier f;
+  f.reset(8);
+  CHECK(f.next_to_place(0) == 0);
+  for (uint32_t op : {0, 1, 3, 4}) f.placed(op);
+  CHECK(f.next_to_place(0) == 2);
+  CHECK(f.next_to_place(3) == 5);
+  f.placed(2);
+  CHECK(f.next_to_place(0) == 5);
+  CHECK_FALSE(f.to_place_between(0, 4));
+  CHECK(f.to_place_between(0, 5));
+  for (uint32_t op : {5, 6, 7}) f.placed(op);
+  CHECK(f.next_to_place(0) == 8);  // none left: the number of ops
 }
 
 namespace {

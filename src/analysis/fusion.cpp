@@ -344,6 +344,7 @@ StepGraph apply_fusions(const StepGraph& graph, const std::vector<FusionChain>& 
   }
   StepGraph out;
   out.scenario = graph.scenario;
+  out.source = graph.source;
   out.plan = graph.plan;
   if (graph.routing) {  // not copyable: the same sampler rebuilt (as import_graph_json does)
     const RoutingSampler& r = *graph.routing;

@@ -1,13 +1,31 @@
 // SPDX-License-Identifier: MIT
 #include "app/plan_command.hpp"
 
+#include <cmath>
 #include <cstdio>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
+#include "core/error.hpp"
+#include "core/limits.hpp"
 #include "search/capacity.hpp"
 
 namespace moesim {
+namespace {
+
+// A number flag: finite, positive and at most `max` (CLI11's checks let NaN through).
+void check_number_flag(const char* flag, double v, double max) {
+  if (!(std::isfinite(v) && v > 0 && v <= max)) {
+    char shown[64];
+    std::snprintf(shown, sizeof shown, "%g", v);
+    char limit[32];
+    std::snprintf(limit, sizeof limit, "%g", max);
+    throw InputError(flag, "", std::string("must be a positive number of at most ") + limit + ", got " + shown);
+  }
+}
+
+}  // namespace
 
 PlanCommands add_plan_command(CLI::App& app, PlanCliOptions& opt) {
   auto* plan = app.add_subcommand("plan", "Capacity planning: devices for a token budget and deadline; what fits")
@@ -41,6 +59,11 @@ PlanCommands add_plan_command(CLI::App& app, PlanCliOptions& opt) {
 }
 
 void run_plan_command(const PlanCommands& c, const PlanCliOptions& opt) {
+  // The flags first: a bad one is named before the scenario is read.
+  if (c.devices->parsed()) {
+    check_number_flag("--tokens", opt.tokens, limits::kMaxPlanTokens);
+    check_number_flag("--days", opt.days, limits::kMaxPlanDays);
+  }
   const SweepSpace space(read_input(opt.scenario, "scenarios", "SCENARIO"));
   std::string text;
   if (c.devices->parsed()) {

@@ -33,6 +33,13 @@ inline constexpr int64_t kMaxMicroBatches = int64_t{1} << 16;  // micro-batches 
 inline constexpr int64_t kMaxDispatchChunks = 64;           // expert all-to-all chunks per MoE layer
 // Layer passes one rank's program holds: micro-batches x layers per stage (the graph's size).
 inline constexpr int64_t kMaxLayerPasses = int64_t{1} << 20;
+// The same over all pipeline stages' programs: the whole graph (stages x the above could reach
+// 10^9 layer passes with 10,000 two-layer stages).
+inline constexpr int64_t kMaxStepLayerPasses = int64_t{1} << 22;
+// Expert assignments of one EP group in one micro-batch (ep x tokens per rank x top_k): what the
+// routing sampler draws at once (the default scenario: 2^23); x 1000 (the capacity factor) it
+// still fits in int64.
+inline constexpr int64_t kMaxRoutedAssignments = int64_t{1} << 50;
 inline constexpr int64_t kMaxSampledSteps = 1000;            // routing re-samples (as --steps)
 inline constexpr double kMaxSlowdown = 1000;                 // straggler factor
 inline constexpr double kMaxSkew = 100;                      // Zipf exponent
@@ -40,6 +47,22 @@ inline constexpr double kMaxCapacityFactor = 1000;           // expert capacity,
 inline constexpr double kMaxBiasUpdateSpeed = 10;            // routing bias step, log-popularity units
 inline constexpr int64_t kMaxBiasStartStep = 10000;          // bias updates iterated before step 0 (~20 us each per layer)
 inline constexpr double kMaxTokenCount = 1e15;               // a routing histogram entry
+
+// Exported graphs (graph/graph_json.cpp), per op and rank; its bytes (read, written, sent,
+// buffers, persistent state) are bounded by kMaxBytes. The default scenario's largest op is
+// 1.9e13 FLOPs; its largest amount of bytes 4.3e10 (its persistent parameters).
+inline constexpr double kMaxOpFlops = 1e21;                        // 1000 s at 1 EFLOP/s
+inline constexpr int64_t kMaxTensorElements = int64_t{1} << 50;    // one tensor, and each GEMM dimension
+// Ops, names, buffers, and all tensors, memory effects and dependencies of one program: the
+// default scenario's program has 73,448 tensors; indices are 32-bit.
+inline constexpr int64_t kMaxProgramEntries = int64_t{1} << 28;
+
+// The engine's clock (int64 picoseconds reach 106 days): a step that would last longer is refused.
+inline constexpr double kMaxSimulatedSeconds = 1e6;  // 11.6 days; a real step takes seconds
+
+// `moesim plan devices` flags.
+inline constexpr double kMaxPlanTokens = 1e18;  // --tokens: a million times today's largest runs
+inline constexpr double kMaxPlanDays = 36'500;  // --days: a century
 
 // Sweeps.
 inline constexpr int64_t kMaxSweepConfigs = int64_t{1} << 20;  // product of the axes

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "engine/engine.hpp"
 
+#include "core/error.hpp"
+#include "core/limits.hpp"
 #include "engine/event_queue.hpp"
 #include "engine/max_min.hpp"
 #include "engine/program_index.hpp"
@@ -12,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <map>
@@ -22,6 +25,10 @@ namespace moesim {
 namespace {
 
 Picoseconds to_ps(double seconds) { return static_cast<Picoseconds>(std::llround(seconds * 1e12)); }
+
+// The engine's clock ends at limits::kMaxSimulatedSeconds: every event time is at most this, and
+// so is every duration added to one, so their sum stays far below int64's 9.2e18 ps.
+constexpr Picoseconds kClockEnd = static_cast<Picoseconds>(limits::kMaxSimulatedSeconds * 1e12);
 
 // Each simulated rank's shared resources: its scale-up port, its NIC, and its link to host memory
 // in each direction (all of capacity 1 = their full bandwidth).
@@ -149,6 +156,23 @@ struct Engine::Impl {
 
   void schedule(Picoseconds t, EventKind kind, int32_t slot, uint32_t id, uint64_t version = 0) {
     events.push(t, kind, slot, id, version);
+  }
+
+  // The time `seconds` after `t`, when the clock holds it; else the step is refused as bad input
+  // (inputs within their limits can still ask for a step of years: huge ops on slow hardware),
+  // naming the op (of `slot`) that would run past the end.
+  Picoseconds after(Picoseconds t, double seconds, int32_t slot, uint32_t op_index) const {
+    if (seconds <= limits::kMaxSimulatedSeconds) {
+      const Picoseconds end = t + to_ps(seconds);  // t <= kClockEnd: no overflow
+      if (end <= kClockEnd) return end;
+    }
+    const Program& p = program_of(slot);
+    char shown[64];
+    std::snprintf(shown, sizeof shown, "%g s from %g s", seconds, static_cast<double>(t) * 1e-12);
+    throw InputError(g.source.empty() ? g.scenario : g.source, "",
+                     "the simulated step would last more than " + std::to_string(static_cast<int64_t>(limits::kMaxSimulatedSeconds)) +
+                         " s, moesim's limit (docs/limits.md): op " + p.names[p.ops[op_index].name] + " of rank " +
+                         std::to_string(rank_of_slot(slot)) + " takes " + shown);
   }
 
   int32_t rank_of_slot(int32_t slot) const { return slot_rank[static_cast<size_t>(slot)]; }
@@ -343,7 +367,7 @@ struct Engine::Impl {
       if (op.stream == Stream::compute && comm_in_flight[static_cast<size_t>(slot)] > 0) {
         seconds *= 1 + cost.overlap_slowdown();
       }
-      schedule(t + to_ps(seconds), EventKind::op_done, slot, op_index);
+      schedule(after(t, seconds, slot, op_index), EventKind::op_done, slot, op_index);
       return;
     }
     if (is_p2p(op.kind)) {
@@ -416,7 +440,7 @@ struct Engine::Impl {
         f.weights.push_back(copy_bandwidth / cost.scale_up_bandwidth());
       }
     }
-    schedule(t + to_ps(copy.latency_s), EventKind::transfer_start, 0, id);
+    schedule(after(t, copy.latency_s, slot, op_index), EventKind::transfer_start, 0, id);
   }
 
   uint32_t new_flow() {
@@ -493,7 +517,7 @@ struct Engine::Impl {
       f.ports.insert(f.ports.end(), resources.begin(), resources.end());
       for (double w : per_bandwidth) f.weights.push_back(w * bandwidth);
     }
-    schedule(t + to_ps(c.latency_s), EventKind::transfer_start, 0, id);
+    schedule(after(t, c.latency_s, members.front().first, members.front().second), EventKind::transfer_start, 0, id);
   }
 
   // A flow joins or leaves the resources it crosses (max_min.hpp: only the flows connected to
@@ -531,7 +555,8 @@ struct Engine::Impl {
       if (rate == old_rate[i] && static_cast<int64_t>(component[i]) != fresh) continue;
       Flow& f = flows[component[i]];
       f.version = ++last_version;  // unique across flows and their reuse: stale events never match
-      schedule(t + to_ps(f.remaining / rate), EventKind::flow_done, 0, component[i], f.version);
+      schedule(after(t, f.remaining / rate, f.members.front().first, f.members.front().second), EventKind::flow_done, 0,
+               component[i], f.version);
     }
   }
 
@@ -635,8 +660,13 @@ struct Engine::Impl {
       }
     }
     while (!events.empty()) {
+      if (opt.max_events > 0 && result.num_events == opt.max_events) {
+        result.complete = false;
+        return std::move(result);
+      }
       const Event e = events.pop();
       ++result.num_events;
+      result.step_time = e.time;  // the time reached, should the run stop here
       switch (e.kind) {
         case EventKind::op_done: finish_op(e.rank, e.id, e.time); break;
         case EventKind::transfer_start: activate(e.id, e.time); break;

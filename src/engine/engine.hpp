@@ -70,9 +70,16 @@ struct EngineOptions {
   // Verify every max-min sharing against its definition (tests): StepResult counts the checks
   // and the violations.
   bool check_max_min = false;
+  // Stop after this many events (0: run the step to its end). A stopped run is not a step: it
+  // returns StepResult::complete = false with only the event count and the time reached, and
+  // none of the post-run analysis (a fuzz target runs scenarios this far, tests/fuzz/).
+  int64_t max_events = 0;
 };
 
 struct StepResult {
+  // false: EngineOptions::max_events stopped the run; then only num_events, num_simulated_ranks
+  // and step_time (the time of the last event handled) are set.
+  bool complete = true;
   Picoseconds step_time = 0;
   std::vector<Picoseconds> rank_end;
   std::vector<RankMemory> memory;     // per rank

@@ -24,7 +24,7 @@ int attention_matmul(TapeBuilder& b, const std::string& name, std::vector<int> i
   op.op.k = k;
   op.op.flops = 2.0 * static_cast<double>(rows) * static_cast<double>(k) * static_cast<double>(n);
   for (int in : inputs) op.op.bytes_read += b.tape().tensors()[static_cast<size_t>(in)].desc.bytes();
-  op.op.bytes_written = bytes_of(rows * n, c.act);
+  op.op.bytes_written = bytes_of(elements(rows, n), c.act);
   op.name = name;
   op.inputs = inputs;
   op.outputs = {y};
@@ -51,9 +51,9 @@ int materialized_attention(TapeBuilder& b, const std::string& name, const std::v
     TapeOp softmax;  // reads the scores, writes the probabilities; its backward reads them back
     softmax.op.kind = OpKind::elementwise;
     softmax.op.dtype = c.act;
-    softmax.op.flops = 5.0 * static_cast<double>(rows * keys);
-    softmax.op.bytes_read = bytes_of(rows * keys, c.act);
-    softmax.op.bytes_written = bytes_of(rows * keys, c.act);
+    softmax.op.flops = 5.0 * elements(rows, keys);
+    softmax.op.bytes_read = bytes_of(elements(rows, keys), c.act);
+    softmax.op.bytes_written = bytes_of(elements(rows, keys), c.act);
     softmax.name = name + ".softmax";
     softmax.inputs = {scores};
     softmax.outputs = {probs};
@@ -69,9 +69,9 @@ int materialized_attention(TapeBuilder& b, const std::string& name, const std::v
     TapeOp dropout;
     dropout.op.kind = OpKind::elementwise;
     dropout.op.dtype = c.act;
-    dropout.op.flops = 2.0 * static_cast<double>(rows * keys);
-    dropout.op.bytes_read = bytes_of(rows * keys, c.act);
-    dropout.op.bytes_written = bytes_of(rows * keys, c.act) + bytes_of(rows * keys, Dtype::int8);
+    dropout.op.flops = 2.0 * elements(rows, keys);
+    dropout.op.bytes_read = bytes_of(elements(rows, keys), c.act);
+    dropout.op.bytes_written = bytes_of(elements(rows, keys), c.act) + bytes_of(elements(rows, keys), Dtype::int8);
     dropout.name = name + ".dropout";
     dropout.inputs = {probs};
     dropout.outputs = {kept, mask};
@@ -97,9 +97,9 @@ int flash_attention(TapeBuilder& b, const std::string& name, std::vector<int> qk
   op.op.kind = OpKind::flash_attention;
   op.op.dtype = c.attention;
   op.op.m = t;
-  op.op.flops = 2.0 * static_cast<double>(t * heads * (d_qk + d_v)) * mean_causal_keys(c.seq_len, c.seq_len);
+  op.op.flops = 2.0 * elements(t, heads, d_qk + d_v) * mean_causal_keys(c.seq_len, c.seq_len);
   for (int in : qkv) op.op.bytes_read += b.tape().tensors()[static_cast<size_t>(in)].desc.bytes();
-  op.op.bytes_written = bytes_of(t * heads * d_v, c.act) + bytes_of(t * heads, Dtype::fp32);
+  op.op.bytes_written = bytes_of(elements(t, heads, d_v), c.act) + bytes_of(elements(t, heads), Dtype::fp32);
   op.name = name + ".flash_attention";
   op.inputs = qkv;
   op.outputs = {o};
@@ -118,7 +118,7 @@ int gather_context(TapeBuilder& b, const std::string& name, int x, int64_t cols)
   if (c.cp == 1) return x;
   const int64_t rows = c.tokens * c.cp;
   return b.communicate(OpKind::all_gather, GroupKind::cp, name + ".cp_all_gather", x, matrix_desc(rows, cols, c.act),
-                       bytes_of(rows * cols, c.act));
+                       bytes_of(elements(rows, cols), c.act));
 }
 
 // The query path shared by MLA and MLA+DSA: returns (q, q latent or x).
@@ -215,7 +215,7 @@ int mla_dsa_block(TapeBuilder& b, int x) {
   const int k_idx_all = gather_context(b, "indexer.k", k_idx, ix.head_dim);
   const int ckv_all = gather_context(b, "attn.latent", ckv, latent);
   const double pairs = static_cast<double>(t) * mean_causal_keys(c.seq_len, c.seq_len);
-  const double indexer_flops = 2.0 * static_cast<double>(ih * ix.head_dim) * pairs;
+  const double indexer_flops = 2.0 * elements(ih, ix.head_dim) * pairs;
   const int64_t kept_keys = std::min(ix.top_k, c.seq_len);
   const int idx = b.tensor(t, kept_keys, "indexer.topk_indices", Dtype::int32, false);
   const bool trainable_indexer = c.train_base;
@@ -225,8 +225,8 @@ int mla_dsa_block(TapeBuilder& b, int x) {
     li.op.dtype = ix.dtype;
     li.op.m = t;
     li.op.flops = indexer_flops;
-    li.op.bytes_read = bytes_of(t * ih * ix.head_dim + t * c.cp * ix.head_dim, ix.dtype);
-    li.op.bytes_written = bytes_of(t * kept_keys, Dtype::int32);
+    li.op.bytes_read = bytes_of(elements(t, ih, ix.head_dim) + elements(t, c.cp, ix.head_dim), ix.dtype);
+    li.op.bytes_written = bytes_of(elements(t, kept_keys), Dtype::int32);
     li.name = "indexer.lightning_indexer";
     li.inputs = {q_idx, k_idx_all, w_idx};
     li.outputs = {idx};
@@ -245,7 +245,7 @@ int mla_dsa_block(TapeBuilder& b, int x) {
     sc.op.n = c.seq_len;
     sc.op.k = ih * ix.head_dim;
     sc.op.flops = indexer_flops;
-    sc.op.bytes_read = bytes_of(t * ih * ix.head_dim + t * c.cp * ix.head_dim, ix.dtype);
+    sc.op.bytes_read = bytes_of(elements(t, ih, ix.head_dim) + elements(t, c.cp, ix.head_dim), ix.dtype);
     sc.op.bytes_written = pairs * 4.0;
     sc.name = "indexer.score";
     sc.inputs = {q_idx, k_idx_all, w_idx};
@@ -259,7 +259,7 @@ int mla_dsa_block(TapeBuilder& b, int x) {
     tk.op.kind = OpKind::topk;
     tk.op.dtype = Dtype::fp32;
     tk.op.bytes_read = pairs * 4.0;
-    tk.op.bytes_written = bytes_of(t * kept_keys, Dtype::int32);
+    tk.op.bytes_written = bytes_of(elements(t, kept_keys), Dtype::int32);
     tk.name = "indexer.topk";
     tk.inputs = {scores};
     tk.outputs = {idx};
@@ -267,7 +267,7 @@ int mla_dsa_block(TapeBuilder& b, int x) {
     b.add(tk);
   }
   const double sparse_flops =
-      2.0 * static_cast<double>(t * h * (latent + a.kv_lora_rank)) * mean_causal_keys(c.seq_len, ix.top_k);
+      2.0 * elements(t, h, latent + a.kv_lora_rank) * mean_causal_keys(c.seq_len, ix.top_k);
   int o_lat = b.act_tensor(t, h * a.kv_lora_rank, "attn.sparse_out");
   if (c.fused.dsa) {
     TapeOp sfa;  // SFA forward / SFAG backward: gathers the selected latents on chip
@@ -275,9 +275,9 @@ int mla_dsa_block(TapeBuilder& b, int x) {
     sfa.op.dtype = c.attention;
     sfa.op.m = t;
     sfa.op.flops = sparse_flops;
-    sfa.op.bytes_read = bytes_of(t * h * latent, c.act) + bytes_of(t * kept_keys, Dtype::int32) +
-                        bytes_of(std::min(t * kept_keys, t * c.cp) * latent, c.act);
-    sfa.op.bytes_written = bytes_of(t * h * a.kv_lora_rank, c.act);
+    sfa.op.bytes_read = bytes_of(elements(t, h, latent), c.act) + bytes_of(elements(t, kept_keys), Dtype::int32) +
+                        bytes_of(std::min(elements(t, kept_keys), elements(t, c.cp)) * static_cast<double>(latent), c.act);
+    sfa.op.bytes_written = bytes_of(elements(t, h, a.kv_lora_rank), c.act);
     sfa.name = "attn.sparse_flash_attention";
     sfa.inputs = {q_lat, ckv_all, idx};
     sfa.outputs = {o_lat};
@@ -293,8 +293,8 @@ int mla_dsa_block(TapeBuilder& b, int x) {
     TapeOp g;
     g.op.kind = OpKind::kv_gather;
     g.op.dtype = c.act;
-    g.op.bytes_read = bytes_of(t * kept_keys * latent, c.act);
-    g.op.bytes_written = bytes_of(t * kept_keys * latent, c.act);
+    g.op.bytes_read = bytes_of(elements(t, kept_keys, latent), c.act);
+    g.op.bytes_written = bytes_of(elements(t, kept_keys, latent), c.act);
     g.name = "attn.kv_gather";
     g.inputs = {ckv_all, idx};
     g.outputs = {gathered};
@@ -307,8 +307,8 @@ int mla_dsa_block(TapeBuilder& b, int x) {
     sa.op.dtype = c.attention;
     sa.op.m = t;
     sa.op.flops = sparse_flops;
-    sa.op.bytes_read = bytes_of(t * kept_keys * latent + t * h * latent, c.act);
-    sa.op.bytes_written = bytes_of(t * h * kept_keys, Dtype::fp32) + bytes_of(t * h * a.kv_lora_rank, c.act);
+    sa.op.bytes_read = bytes_of(elements(t, kept_keys, latent) + elements(t, h, latent), c.act);
+    sa.op.bytes_written = bytes_of(elements(t, h, kept_keys), Dtype::fp32) + bytes_of(elements(t, h, a.kv_lora_rank), c.act);
     sa.name = "attn.sparse_attention";
     sa.inputs = {q_lat, gathered};
     sa.outputs = {o_lat};
@@ -334,7 +334,7 @@ int kda_block(TapeBuilder& b, int x) {
   const int64_t p = h * k.head_dim;
   const double dh = static_cast<double>(k.head_dim);
   const double chunk = static_cast<double>(std::min(k.chunk_size, c.seq_len));
-  const double th = static_cast<double>(t * h);
+  const double th = elements(t, h);
   int q = b.gemm("attn.q_proj", x, t, d, p, LoraTarget::q_proj, SwapTarget::attention_in_proj);
   int kk = b.gemm("attn.k_proj", x, t, d, p, LoraTarget::k_proj, SwapTarget::attention_in_proj);
   int v = b.gemm("attn.v_proj", x, t, d, p, LoraTarget::v_proj, SwapTarget::attention_in_proj);
@@ -346,9 +346,9 @@ int kda_block(TapeBuilder& b, int x) {
     TapeOp conv;
     conv.op.kind = OpKind::short_conv;
     conv.op.dtype = c.act;
-    conv.op.flops = 2.0 * static_cast<double>(t * 3 * p * k.short_conv_kernel);
-    conv.op.bytes_read = bytes_of(3 * t * p, c.act);
-    conv.op.bytes_written = bytes_of(3 * t * p, c.act);
+    conv.op.flops = 2.0 * elements(t, 3, p, k.short_conv_kernel);
+    conv.op.bytes_read = bytes_of(elements(3, t, p), c.act);
+    conv.op.bytes_written = bytes_of(elements(3, t, p), c.act);
     conv.name = "attn.short_conv";
     conv.inputs = {q, kk, v};
     conv.outputs = {qkv};
@@ -368,8 +368,8 @@ int kda_block(TapeBuilder& b, int x) {
     core.op.dtype = c.attention;
     core.op.m = t;
     core.op.flops = total;
-    core.op.bytes_read = bytes_of(4 * t * p + t * h, c.act);
-    core.op.bytes_written = bytes_of(t * p, c.act);
+    core.op.bytes_read = bytes_of(elements(4, t, p) + elements(t, h), c.act);
+    core.op.bytes_written = bytes_of(elements(t, p), c.act);
     core.name = "attn.kda";
     core.inputs = core_in;
     core.outputs = {o};
@@ -436,8 +436,8 @@ int kda_block(TapeBuilder& b, int x) {
     fix.op.dtype = c.attention;
     fix.op.m = t;
     fix.op.flops = th * 4 * dh * dh;  // q S and the decayed state update
-    fix.op.bytes_read = bytes_of(2 * t * p, c.act) + bytes_of(state_elems, Dtype::fp32);
-    fix.op.bytes_written = bytes_of(t * p, c.act);
+    fix.op.bytes_read = bytes_of(elements(2, t, p), c.act) + bytes_of(state_elems, Dtype::fp32);
+    fix.op.bytes_written = bytes_of(elements(t, p), c.act);
     fix.name = "attn.kda_state_correction";
     fix.inputs = {o, s_in, q};
     fix.outputs = {o2};

@@ -350,12 +350,24 @@ class Reader {
     }
     return static_cast<uint32_t>(v);
   }
-  // Sizes, FLOPs and bytes: finite (JSON has no other kind) and not negative.
-  double amount(const json& j, const Where& where) const {
+  // Sizes, FLOPs and bytes: finite (JSON has no other kind), not negative and at most `max`.
+  double amount(const json& j, const Where& where, double max) const {
     if (!j.is_number()) type_error(where, j, "a number");
     const auto v = j.get<double>();
     if (!(v >= 0)) fail(where, "must be at least 0, got " + j.dump());
+    if (v > max) {
+      fail(where, "must be between 0 and " + detail::format_number(max) + " (moesim's limit, docs/limits.md), got " +
+                      j.dump());
+    }
     return v;
+  }
+  double bytes(const json& j, const Where& where) const { return amount(j, where, limits::kMaxBytes); }
+  // A count of entries of one program (ops, names, buffers, tensors, effects, dependencies).
+  void entries(size_t count, const Where& where, std::string_view what) const {
+    if (count > static_cast<size_t>(limits::kMaxProgramEntries)) {
+      fail(where, "more than " + std::to_string(limits::kMaxProgramEntries) + " " + std::string(what) +
+                      " in one program (moesim's limit, docs/limits.md)");
+    }
   }
   std::string string(const json& j, const Where& where) const {
     if (!j.is_string()) type_error(where, j, "a string");
@@ -424,7 +436,15 @@ TensorDesc read_tensor(const Reader& r, const json& j, const Where& where) {
   const size_t size = j.size();
   if (size < 1 || size > 5) r.fail(where, "expected [dims..., dtype] with 0 to 4 dimensions, got " + detail::short_dump(j));
   TensorDesc t;
-  for (size_t d = 0; d + 1 < size; ++d) t.shape[d] = r.integer(j[d], where.at(d), 0);
+  int64_t elements = 1;  // as TensorDesc::num_elements counts them: zero dimensions are unused
+  for (size_t d = 0; d + 1 < size; ++d) {
+    t.shape[d] = r.integer(j[d], where.at(d), 0, limits::kMaxTensorElements);
+    if (t.shape[d] > 0) elements = limits::checked_mul(elements, t.shape[d]).value_or(limits::kMaxTensorElements + 1);
+    if (elements > limits::kMaxTensorElements) {
+      r.fail(where, "has more than " + std::to_string(limits::kMaxTensorElements) +
+                        " elements (moesim's limit, docs/limits.md): " + detail::short_dump(j));
+    }
+  }
   t.dtype = r.name<Dtype>(j[size - 1], where.at(size - 1));
   return t;
 }
@@ -435,6 +455,7 @@ void read_tensors(const Reader& r, Object& o, std::string_view key, Program& p, 
   const Where where = o.where().at(key);
   r.array(*j, where);
   if (j->size() > std::numeric_limits<uint16_t>::max()) r.fail(where, "more than 65535 tensors");
+  r.entries(p.tensors.size() + j->size(), where, "tensors");
   count = static_cast<uint16_t>(j->size());
   for (size_t i = 0; i < j->size(); ++i) p.tensors.push_back(read_tensor(r, (*j)[i], where.at(i)));
 }
@@ -447,10 +468,9 @@ void read_op(const Reader& r, const json& node, const Where& where, Program& p) 
     using T = std::remove_reference_t<decltype(out)>;
     if (const json* j = o.find(key)) out = static_cast<T>(r.integer(*j, where.at(key), min, max));
   };
-  auto optional_amount = [&](std::string_view key, double& out) {
-    if (const json* j = o.find(key)) out = r.amount(*j, where.at(key));
+  auto optional_amount = [&](std::string_view key, double& out, double max) {
+    if (const json* j = o.find(key)) out = r.amount(*j, where.at(key), max);
   };
-  constexpr int64_t i32_max = std::numeric_limits<int32_t>::max();
   op.kind = r.name<OpKind>(o.need("kind"), where.at("kind"));
   op.name = r.index(o.need("name"), where.at("name"), p.names.size(), "names");
   op.phase = r.name<Phase>(o.need("phase"), where.at("phase"));
@@ -458,19 +478,20 @@ void read_op(const Reader& r, const json& node, const Where& where, Program& p) 
   if (const json* j = o.find("dtype")) op.dtype = r.name<Dtype>(*j, where.at("dtype"));
   if (const json* j = o.find("group")) op.group = r.name<GroupKind>(*j, where.at("group"));
   optional_int("peer", op.peer_offset, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max());
-  op.layer = static_cast<int32_t>(r.integer(o.need("layer"), where.at("layer"), 0, i32_max));
-  op.micro = static_cast<int32_t>(r.integer(o.need("micro"), where.at("micro"), -1, i32_max));
-  optional_int("routing_layer", op.routing_layer, -1, i32_max);
+  // Layers 1..L with 0 the embedding and L + 1 the head; micro-batches from 0, -1 per step.
+  op.layer = static_cast<int32_t>(r.integer(o.need("layer"), where.at("layer"), 0, limits::kMaxLayers + 1));
+  op.micro = static_cast<int32_t>(r.integer(o.need("micro"), where.at("micro"), -1, limits::kMaxMicroBatches - 1));
+  optional_int("routing_layer", op.routing_layer, -1, limits::kMaxLayers);
   if (const json* j = o.find("routing_part")) op.routing_part = r.name<RoutingPart>(*j, where.at("routing_part"));
   if (const json* j = o.find("trainable")) op.trainable_weight = r.boolean(*j, where.at("trainable"));
-  optional_amount("flops", op.flops);
-  optional_amount("bytes_read", op.bytes_read);
-  optional_amount("bytes_written", op.bytes_written);
-  optional_amount("comm_bytes", op.comm_bytes);
-  optional_int("m", op.m, 0, std::numeric_limits<int64_t>::max());
-  optional_int("n", op.n, 0, std::numeric_limits<int64_t>::max());
-  optional_int("k", op.k, 0, std::numeric_limits<int64_t>::max());
-  optional_int("num_groups", op.num_groups, 0, i32_max);
+  optional_amount("flops", op.flops, limits::kMaxOpFlops);
+  optional_amount("bytes_read", op.bytes_read, limits::kMaxBytes);
+  optional_amount("bytes_written", op.bytes_written, limits::kMaxBytes);
+  optional_amount("comm_bytes", op.comm_bytes, limits::kMaxBytes);
+  optional_int("m", op.m, 0, limits::kMaxTensorElements);
+  optional_int("n", op.n, 0, limits::kMaxTensorElements);
+  optional_int("k", op.k, 0, limits::kMaxTensorElements);
+  optional_int("num_groups", op.num_groups, 0, limits::kMaxExperts);
 
   op.first_tensor = static_cast<uint32_t>(p.tensors.size());
   read_tensors(r, o, "in", p, op.num_inputs);
@@ -480,6 +501,7 @@ void read_op(const Reader& r, const json& node, const Where& where, Program& p) 
   if (const json* j = o.find("effects")) {
     const Where list = where.at("effects");
     r.array(*j, list);
+    r.entries(p.effects.size() + j->size(), list, "memory effects");
     for (size_t i = 0; i < j->size(); ++i) {
       const json& e = (*j)[i];
       const Where at = list.at(i);
@@ -495,6 +517,7 @@ void read_op(const Reader& r, const json& node, const Where& where, Program& p) 
   if (const json* j = o.find("deps")) {
     const Where list = where.at("deps");
     r.array(*j, list);
+    r.entries(p.deps.size() + j->size(), list, "dependencies");
     for (size_t i = 0; i < j->size(); ++i) {
       const Where at = list.at(i);
       const int64_t dep = r.integer((*j)[i], at, 0);
@@ -524,16 +547,16 @@ Program read_program(const Reader& r, const json& node, const Where& where, size
   {
     const Where at = where.at("persistent");
     Object m(r, o.need("persistent"), at);
-    p.persistent.params = r.amount(m.need("params"), at.at("params"));
-    p.persistent.master_params = r.amount(m.need("master_params"), at.at("master_params"));
-    p.persistent.grads = r.amount(m.need("grads"), at.at("grads"));
-    p.persistent.optimizer_states = r.amount(m.need("optimizer_states"), at.at("optimizer_states"));
-    if (const json* j = m.find("runtime")) p.persistent.runtime = r.amount(*j, at.at("runtime"));
-    if (const json* j = m.find("host_params")) p.persistent.host_params = r.amount(*j, at.at("host_params"));
-    if (const json* j = m.find("host_master_params")) p.persistent.host_master_params = r.amount(*j, at.at("host_master_params"));
-    if (const json* j = m.find("host_grads")) p.persistent.host_grads = r.amount(*j, at.at("host_grads"));
+    p.persistent.params = r.bytes(m.need("params"), at.at("params"));
+    p.persistent.master_params = r.bytes(m.need("master_params"), at.at("master_params"));
+    p.persistent.grads = r.bytes(m.need("grads"), at.at("grads"));
+    p.persistent.optimizer_states = r.bytes(m.need("optimizer_states"), at.at("optimizer_states"));
+    if (const json* j = m.find("runtime")) p.persistent.runtime = r.bytes(*j, at.at("runtime"));
+    if (const json* j = m.find("host_params")) p.persistent.host_params = r.bytes(*j, at.at("host_params"));
+    if (const json* j = m.find("host_master_params")) p.persistent.host_master_params = r.bytes(*j, at.at("host_master_params"));
+    if (const json* j = m.find("host_grads")) p.persistent.host_grads = r.bytes(*j, at.at("host_grads"));
     if (const json* j = m.find("host_optimizer_states")) {
-      p.persistent.host_optimizer_states = r.amount(*j, at.at("host_optimizer_states"));
+      p.persistent.host_optimizer_states = r.bytes(*j, at.at("host_optimizer_states"));
     }
     m.finish({"params", "master_params", "grads", "optimizer_states", "runtime", "host_params", "host_master_params",
               "host_grads", "host_optimizer_states"});
@@ -541,12 +564,14 @@ Program read_program(const Reader& r, const json& node, const Where& where, size
   {
     const Where at = where.at("names");
     const json& names = r.array(o.need("names"), at);
+    r.entries(names.size(), at, "names");
     p.names.reserve(names.size());
     for (size_t i = 0; i < names.size(); ++i) p.names.push_back(r.string(names[i], at.at(i)));
   }
   {
     const Where at = where.at("buffers");
     const json& buffers = r.array(o.need("buffers"), at);
+    r.entries(buffers.size(), at, "buffers");
     p.buffers.reserve(buffers.size());
     for (size_t i = 0; i < buffers.size(); ++i) {
       const Where b_at = at.at(i);
@@ -554,7 +579,7 @@ Program read_program(const Reader& r, const json& node, const Where& where, size
       Buffer buffer;
       buffer.name = r.index(b.need("name"), b_at.at("name"), p.names.size(), "names");
       buffer.category = r.name<MemCategory>(b.need("category"), b_at.at("category"));
-      buffer.bytes = r.amount(b.need("bytes"), b_at.at("bytes"));
+      buffer.bytes = r.bytes(b.need("bytes"), b_at.at("bytes"));
       b.finish({"name", "category", "bytes"});
       p.buffers.push_back(buffer);
     }
@@ -562,6 +587,7 @@ Program read_program(const Reader& r, const json& node, const Where& where, size
   {
     const Where at = where.at("ops");
     const json& ops = r.array(o.need("ops"), at);
+    r.entries(ops.size(), at, "ops");
     p.ops.reserve(ops.size());
     for (size_t i = 0; i < ops.size(); ++i) read_op(r, ops[i], at.at(i), p);
   }
@@ -624,12 +650,15 @@ void read_routing(const Reader& r, const json& node, const Where& where, const M
     r.fail(where.at("ep"), "must equal the mesh's ep " + std::to_string(mesh.ep) + ", got " + std::to_string(ep));
   }
   if (num_experts % ep != 0) r.fail(where.at("ep"), "must divide num_experts " + std::to_string(num_experts));
+  // What the sampler draws at once, bounded as a scenario's (scenario_checks.cpp).
+  const auto assignments = limits::checked_mul(ep * g.plan.routed_tokens(g.tokens_per_micro_batch), top_k);
+  if (!assignments || *assignments > limits::kMaxRoutedAssignments) {
+    r.fail(where.at("top_k"), "ep x tokens_per_micro_batch x top_k (expert assignments per EP group and micro-batch) "
+                              "exceeds " + std::to_string(limits::kMaxRoutedAssignments) + " (moesim's limit, docs/limits.md)");
+  }
   RoutingSpec spec;
   if (const json* j = o.find("distribution")) spec.distribution = r.name<RoutingDistribution>(*j, where.at("distribution"));
-  if (const json* j = o.find("skew")) spec.skew = r.amount(*j, where.at("skew"));
-  if (!(spec.skew <= limits::kMaxSkew)) {
-    r.fail(where.at("skew"), "must be at most " + detail::format_number(limits::kMaxSkew) + " (moesim's limit)");
-  }
+  if (const json* j = o.find("skew")) spec.skew = r.amount(*j, where.at("skew"), limits::kMaxSkew);
   if (const json* j = o.find("seed")) spec.seed = r.integer(*j, where.at("seed"), std::numeric_limits<int64_t>::min());
   if (const json* j = o.find("num_sampled_steps")) spec.num_sampled_steps = r.integer(*j, where.at("num_sampled_steps"), 1, limits::kMaxSampledSteps);
   if (const json* j = o.find("histogram_file")) spec.histogram = r.string(*j, where.at("histogram_file"));
@@ -661,11 +690,8 @@ void read_routing(const Reader& r, const json& node, const Where& where, const M
   check_units("nodes_per_token", spec.nodes_per_token, num_experts / ep * per_node);
   check_units("devices_per_token", spec.devices_per_token, num_experts / ep);
   if (const json* j = o.find("capacity_factor")) {
-    spec.capacity_factor = r.amount(*j, where.at("capacity_factor"));
-    if (!(*spec.capacity_factor > 0 && *spec.capacity_factor <= limits::kMaxCapacityFactor)) {
-      r.fail(where.at("capacity_factor"), "must be positive and at most " +
-                                              detail::format_number(limits::kMaxCapacityFactor));
-    }
+    spec.capacity_factor = r.amount(*j, where.at("capacity_factor"), limits::kMaxCapacityFactor);
+    if (!(*spec.capacity_factor > 0)) r.fail(where.at("capacity_factor"), "must be positive, got 0");
   }
   if (const json* j = o.find("capacity_policy")) {
     spec.capacity_policy = r.name<CapacityPolicy>(*j, where.at("capacity_policy"));
@@ -674,10 +700,7 @@ void read_routing(const Reader& r, const json& node, const Where& where, const M
     }
   }
   if (const json* j = o.find("bias_update_speed")) {
-    spec.bias_update_speed = r.amount(*j, where.at("bias_update_speed"));
-    if (!(spec.bias_update_speed >= 0 && spec.bias_update_speed <= limits::kMaxBiasUpdateSpeed)) {
-      r.fail(where.at("bias_update_speed"), "must be in [0, " + detail::format_number(limits::kMaxBiasUpdateSpeed) + "]");
-    }
+    spec.bias_update_speed = r.amount(*j, where.at("bias_update_speed"), limits::kMaxBiasUpdateSpeed);
   }
   if (const json* j = o.find("bias_start_step")) {
     spec.bias_start_step = r.integer(*j, where.at("bias_start_step"), 0, limits::kMaxBiasStartStep);
@@ -693,7 +716,9 @@ void read_routing(const Reader& r, const json& node, const Where& where, const M
       r.fail(at, "expected one count per expert (" + std::to_string(num_experts) + "), got " + std::to_string(h->size()));
     }
     double total = 0;
-    for (size_t i = 0; i < h->size(); ++i) total += histogram.emplace_back(r.amount((*h)[i], at.at(i)));
+    for (size_t i = 0; i < h->size(); ++i) {
+      total += histogram.emplace_back(r.amount((*h)[i], at.at(i), limits::kMaxTokenCount));
+    }
     if (!(total > 0)) r.fail(at, "all counts are zero");
   } else if (wants_histogram) {
     r.fail(where.at("histogram"), "missing required key (the distribution is histogram)");
@@ -787,6 +812,7 @@ StepGraph import_graph_json(const std::string& text, const std::string& file) {
 
   StepGraph g;
   g.scenario = r.string(o.need("scenario"), top.at("scenario"));
+  g.source = file;
   const MeshShape mesh = read_mesh(r, o.need("mesh"), top.at("mesh"));
   g.plan = ParallelPlan(mesh);
   g.num_micro_batches =
@@ -796,7 +822,7 @@ StepGraph import_graph_json(const std::string& text, const std::string& file) {
   g.tokens_per_step = r.integer(o.need("tokens_per_step"), top.at("tokens_per_step"), 0, limits::kMaxTokensPerStep);
   g.seq_len = r.integer(o.need("seq_len"), top.at("seq_len"), 0, limits::kMaxSequence);
   if (const json* j = o.find("allocator_fragmentation")) {
-    g.allocator_fragmentation = r.amount(*j, top.at("allocator_fragmentation"));
+    g.allocator_fragmentation = r.amount(*j, top.at("allocator_fragmentation"), 1);  // as the scenario's field
   }
   if (const json* j = o.find("expert_dispatch")) g.expert_dispatch = r.name<ExpertDispatch>(*j, top.at("expert_dispatch"));
   read_routing(r, o.need("routing"), top.at("routing"), mesh, g);

@@ -92,9 +92,9 @@ int moe_block(TapeBuilder& b, int x_in, int64_t layer) {
     r.op.m = t;
     r.op.n = m.num_experts;
     r.op.k = d;
-    r.op.flops = 2.0 * static_cast<double>(t * d * m.num_experts);
-    r.op.bytes_read = bytes_of(t * d, c.act) + bytes_of(d * m.num_experts, c.unquantized);
-    r.op.bytes_written = bytes_of(t * m.top_k, Dtype::fp32) + bytes_of(t * m.top_k, Dtype::int32);
+    r.op.flops = 2.0 * elements(t, d, m.num_experts);
+    r.op.bytes_read = bytes_of(elements(t, d), c.act) + bytes_of(elements(d, m.num_experts), c.unquantized);
+    r.op.bytes_written = bytes_of(elements(t, m.top_k), Dtype::fp32) + bytes_of(elements(t, m.top_k), Dtype::int32);
     r.name = "moe.router";
     r.inputs = {x};
     r.outputs = {weights, indices};
@@ -129,8 +129,8 @@ int moe_block(TapeBuilder& b, int x_in, int64_t layer) {
     p.op.kind = OpKind::permute;
     p.op.dtype = c.act;
     p.op.routing_layer = rl;
-    p.op.bytes_read = bytes_of(assignments * w, c.act);
-    p.op.bytes_written = bytes_of(assignments * w, c.act);
+    p.op.bytes_read = bytes_of(elements(assignments, w), c.act);
+    p.op.bytes_written = bytes_of(elements(assignments, w), c.act);
     p.name = "moe.permute";
     p.inputs = {xl, indices};
     to_send = b.act_tensor(remote_rows, w, "moe.permuted");
@@ -179,7 +179,7 @@ int moe_block(TapeBuilder& b, int x_in, int64_t layer) {
     // the engine sizes the wire traffic from the routing draw.
     const int64_t rows = piece(remote_rows, chunks, i);
     const int received = b.communicate(OpKind::all_to_all, GroupKind::ep, chunk_name("moe.dispatch", i), to_send,
-                                       matrix_desc(rows, w, c.act), bytes_of(piece(assignments, chunks, i) * w, c.act), rl);
+                                       matrix_desc(rows, w, c.act), bytes_of(elements(piece(assignments, chunks, i), w), c.act), rl);
     const int act = experts_up(experts_prefix(false, i), received, rows, remote_part);
     remote_down.push_back(experts_down(experts_prefix(false, i), act, rows, remote_part));
   }
@@ -193,7 +193,7 @@ int moe_block(TapeBuilder& b, int x_in, int64_t layer) {
     combined_parts.push_back(b.communicate(OpKind::all_to_all, GroupKind::ep, chunk_name("moe.combine", i),
                                            remote_down[static_cast<size_t>(i)],
                                            matrix_desc(piece(remote_rows, chunks, i), w, c.act),
-                                           bytes_of(piece(assignments, chunks, i) * w, c.act), rl));
+                                           bytes_of(elements(piece(assignments, chunks, i), w), c.act), rl));
   }
   const int combined = b.act_tensor(t, w, "moe.unpermuted");
   {
@@ -201,9 +201,9 @@ int moe_block(TapeBuilder& b, int x_in, int64_t layer) {
     u.op.kind = OpKind::unpermute;
     u.op.dtype = c.act;
     u.op.routing_layer = rl;
-    u.op.flops = 2.0 * static_cast<double>(assignments * w);
-    u.op.bytes_read = bytes_of(assignments * w, c.act);
-    u.op.bytes_written = bytes_of(t * w, c.act);
+    u.op.flops = 2.0 * elements(assignments, w);
+    u.op.bytes_read = bytes_of(elements(assignments, w), c.act);
+    u.op.bytes_written = bytes_of(elements(t, w), c.act);
     u.name = "moe.unpermute";
     u.inputs = combined_parts;
     u.inputs.push_back(weights);
@@ -245,9 +245,9 @@ int attention_residual(TapeBuilder& b, const std::string& name, int h, int64_t l
   TapeOp op;
   op.op.kind = OpKind::attention_residual;
   op.op.dtype = c.act;
-  op.op.flops = 4.0 * static_cast<double>(rows * d * sources);
-  op.op.bytes_read = bytes_of(rows * d * sources, c.act);
-  op.op.bytes_written = bytes_of(rows * d, c.act);
+  op.op.flops = 4.0 * elements(rows, d, sources);
+  op.op.bytes_read = bytes_of(elements(rows, d, sources), c.act);
+  op.op.bytes_written = bytes_of(elements(rows, d), c.act);
   op.name = name;
   op.inputs = {h};
   op.outputs = {y};
@@ -302,8 +302,8 @@ LayerTape build_embedding_tape(const LayerContext& c) {
   op.op.kind = OpKind::embedding;
   op.op.dtype = c.act;
   op.op.trainable_weight = c.train_base;
-  op.op.bytes_read = bytes_of(rows, Dtype::int32) + bytes_of(rows * d, c.act);
-  op.op.bytes_written = bytes_of(rows * d, c.act);
+  op.op.bytes_read = bytes_of(rows, Dtype::int32) + bytes_of(elements(rows, d), c.act);
+  op.op.bytes_written = bytes_of(elements(rows, d), c.act);
   op.name = "embedding";
   op.inputs = {0};
   op.outputs = {h};

@@ -34,9 +34,9 @@ Op head_gemm(Phase phase, const LayerContext& c, int32_t micro, int64_t rows, co
   op.m = rows;
   op.n = s.vocab;
   op.k = s.d;
-  op.flops = 2.0 * static_cast<double>(rows * s.d * s.vocab);
-  op.bytes_read = static_cast<double>(rows * s.d) * dtype_bytes(c.act) + static_cast<double>(s.d * s.vocab) * dtype_bytes(c.unquantized);
-  op.bytes_written = static_cast<double>(rows * s.vocab) * 4.0;
+  op.flops = 2.0 * elements(rows, s.d, s.vocab);
+  op.bytes_read = elements(rows, s.d) * dtype_bytes(c.act) + elements(s.d, s.vocab) * dtype_bytes(c.unquantized);
+  op.bytes_written = elements(rows, s.vocab) * 4.0;
   op.trainable_weight = s.trainable;
   return op;
 }
@@ -74,7 +74,7 @@ LossState emit_loss_forward(ProgramWriter& w, const LayerContext& c, const TapeP
     tp_statistics(w, c, policy, micro, s.tokens, g);
     Op ce = base(OpKind::cross_entropy, Phase::fwd, c, micro);
     ce.dtype = Dtype::fp32;
-    ce.flops = 4.0 * static_cast<double>(s.tokens * s.vocab);
+    ce.flops = 4.0 * elements(s.tokens, s.vocab);
     ce.bytes_read = logits.bytes();
     ce.bytes_written = static_cast<double>(s.tokens) * 4.0;
     st.last_forward_op = w.add(ce, "loss.cross_entropy", std::span(&logits, 1));
@@ -94,7 +94,7 @@ LossState emit_loss_forward(ProgramWriter& w, const LayerContext& c, const TapeP
       tp_statistics(w, c, policy, micro, rows, g);
       Op ce = base(OpKind::cross_entropy, Phase::fwd, c, micro);
       ce.dtype = Dtype::fp32;
-      ce.flops = 4.0 * static_cast<double>(rows * s.vocab);
+      ce.flops = 4.0 * elements(rows, s.vocab);
       ce.bytes_read = logits.bytes();
       ce.bytes_written = static_cast<double>(rows) * 4.0;
       st.last_forward_op = w.add(ce, "loss.cross_entropy.chunk" + std::to_string(j), std::span(&logits, 1));
@@ -120,12 +120,12 @@ std::pair<uint32_t, uint32_t> emit_loss_backward(ProgramWriter& w, const LayerCo
   const LossKind kind = c.scenario->loss.kind;
   const TensorDesc x_desc{{s.tokens, s.d, 0, 0}, c.act};
   const uint32_t dx = w.buffer(x_desc.bytes(), MemCategory::gradient, "loss.grad_x");
-  const double gemm_flops = 2.0 * static_cast<double>(s.tokens * s.d * s.vocab);
+  const double gemm_flops = 2.0 * elements(s.tokens, s.d, s.vocab);
   if (kind == LossKind::full) {
     const TensorDesc logits{{s.tokens, s.vocab, 0, 0}, Dtype::fp32};
     Op ce = base(OpKind::cross_entropy, Phase::bwd, c, micro);
     ce.dtype = Dtype::fp32;
-    ce.flops = 2.0 * static_cast<double>(s.tokens * s.vocab);
+    ce.flops = 2.0 * elements(s.tokens, s.vocab);
     ce.bytes_read = logits.bytes();
     ce.bytes_written = logits.bytes();  // the logits gradient overwrites the logits
     w.add(ce, "loss.cross_entropy.bwd", std::span(&logits, 1), std::span(&logits, 1));
@@ -151,12 +151,12 @@ std::pair<uint32_t, uint32_t> emit_loss_backward(ProgramWriter& w, const LayerCo
       if (j == 0) w.effect(r, dx, MemAction::alloc);
       Op ce = base(OpKind::cross_entropy, Phase::bwd, c, micro);
       ce.dtype = Dtype::fp32;
-      ce.flops = 6.0 * static_cast<double>(rows * s.vocab);
+      ce.flops = 6.0 * elements(rows, s.vocab);
       ce.bytes_read = logits.bytes();
       ce.bytes_written = logits.bytes();
       w.add(ce, "loss.cross_entropy.chunk" + std::to_string(j) + ".bwd", std::span(&logits, 1), std::span(&logits, 1));
       Op g = head_gemm(Phase::bwd, c, micro, rows, s);
-      g.flops = 2.0 * static_cast<double>(rows * s.d * s.vocab) * (s.trainable ? 2 : 1);
+      g.flops = 2.0 * elements(rows, s.d, s.vocab) * (s.trainable ? 2 : 1);
       last = w.add(g, "lm_head.chunk" + std::to_string(j) + ".bwd", std::span(&logits, 1), std::span(&x_desc, 1));
       w.effect(last, lb, MemAction::free);
     }

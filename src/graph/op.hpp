@@ -156,10 +156,20 @@ struct MemEffect {
   MemAction action = MemAction::alloc;
 };
 
+// A count of elements (or of multiply-adds) as a product of sizes, computed in double: equal to
+// the int64 product while that is below 2^53 (every partial product is exact), and no overflow
+// for sizes at moesim's input limits, where tokens x heads x keys passes 2^63.
+template <typename... Sizes>
+constexpr double elements(Sizes... sizes) {
+  return (1.0 * ... * static_cast<double>(sizes));
+}
+
 struct TensorDesc {
   std::array<int64_t, 4> shape{};  // unused trailing dims are 0
   Dtype dtype = Dtype::bf16;
 
+  // The element count, for tensors that can exist (the executor allocates them); a shape built
+  // from inputs at moesim's limits may exceed int64, which bytes() does not mind.
   int64_t num_elements() const {
     int64_t n = 1;
     for (int64_t s : shape) {
@@ -167,7 +177,14 @@ struct TensorDesc {
     }
     return n;
   }
-  double bytes() const { return static_cast<double>(num_elements()) * dtype_bytes(dtype); }
+  // As elements() counts: the same as num_elements() while below 2^53, and no overflow beyond.
+  double bytes() const {
+    double n = 1;
+    for (int64_t s : shape) {
+      if (s > 0) n *= static_cast<double>(s);
+    }
+    return n * dtype_bytes(dtype);
+  }
 };
 
 struct Op {

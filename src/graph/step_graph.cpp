@@ -276,7 +276,7 @@ class StepBuilder {
     const LayerTape tape = build_layer_tape(c_, layer);
     for (const auto& op : tape.ops()) {
       if (op.op.kind != OpKind::lora_gemm) continue;
-      const double p = static_cast<double>(op.op.k * op.op.n);
+      const double p = elements(op.op.k, op.op.n);
       if (op.op.num_groups > 0) {
         u.expert_trainable += p * op.op.num_groups;
       } else {
@@ -290,20 +290,20 @@ class StepBuilder {
 
   Unit embedding_unit() const {
     Unit u;
-    u.params = static_cast<double>(m_.vocab_size * m_.hidden_size) / static_cast<double>(c_.tp);  // vocabulary-parallel
-    if (m_.position == PositionKind::learned) u.params += static_cast<double>(m_.max_position_embeddings * m_.hidden_size);
+    u.params = elements(m_.vocab_size, m_.hidden_size) / static_cast<double>(c_.tp);  // vocabulary-parallel
+    if (m_.position == PositionKind::learned) u.params += elements(m_.max_position_embeddings, m_.hidden_size);
     u.trainable = c_.train_base ? u.params : 0;
     return u;
   }
 
   Unit head_unit() const {
     Unit u;
-    const double head = m_.tie_word_embeddings ? 0.0 : static_cast<double>(m_.vocab_size * m_.hidden_size) / static_cast<double>(c_.tp);
+    const double head = m_.tie_word_embeddings ? 0.0 : elements(m_.vocab_size, m_.hidden_size) / static_cast<double>(c_.tp);
     u.params = head + static_cast<double>(m_.hidden_size);
     if (c_.train_base) {
       u.trainable = u.params;
     } else if (c_.lora_on(LoraTarget::lm_head)) {
-      u.trainable = static_cast<double>(c_.lora_rank * (m_.hidden_size + m_.vocab_size / c_.tp));
+      u.trainable = elements(c_.lora_rank, m_.hidden_size + m_.vocab_size / c_.tp);
       u.params += u.trainable;
     }
     return u;
@@ -606,7 +606,7 @@ class StepBuilder {
   }
 
   void forward(ProgramWriter& w, int64_t micro, const ChunkPlace& place) {
-    const double hidden_bytes = static_cast<double>(c_.sp_tokens() * m_.hidden_size) * dtype_bytes(c_.act);
+    const double hidden_bytes = elements(c_.sp_tokens(), m_.hidden_size) * dtype_bytes(c_.act);
     const int32_t mi = static_cast<int32_t>(micro);
     const auto& layers = place.layers;
     Boundary h{0, -1};
@@ -682,7 +682,7 @@ class StepBuilder {
 
   void backward(ProgramWriter& w, int64_t micro, const ChunkPlace& place) {
     if (defer_weights_) held_back_.push_back({micro, {}});
-    const double hidden_bytes = static_cast<double>(c_.sp_tokens() * m_.hidden_size) * dtype_bytes(c_.act);
+    const double hidden_bytes = elements(c_.sp_tokens(), m_.hidden_size) * dtype_bytes(c_.act);
     const int32_t mi = static_cast<int32_t>(micro);
     const auto& layers = place.layers;
     Boundary grad{0, -1};
@@ -906,6 +906,7 @@ std::vector<PersistentMemory> persistent_state(const Scenario& s, const Parallel
 StepGraph build_step_graph(const Scenario& s) {
   StepGraph g;
   g.scenario = s.spec.name;
+  g.source = s.file;
   g.plan = build_parallel_plan(s.spec);
   StepBuilder builder(s, g.plan);
   for (int64_t stage = 0; stage < g.plan.num_programs(); ++stage) g.programs.push_back(builder.build(stage));

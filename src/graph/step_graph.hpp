@@ -19,6 +19,9 @@ namespace moesim {
 
 struct StepGraph {
   std::string scenario;
+  // The file it came from (the scenario, or an exported graph), named by errors the engine finds
+  // in it (a step beyond its clock); not written to exported graphs.
+  std::string source;
   ParallelPlan plan{MeshShape{}};
   std::vector<Program> programs;  // one per pipeline stage
   std::optional<RoutingSampler> routing;

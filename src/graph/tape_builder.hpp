@@ -15,7 +15,7 @@ namespace moesim {
 
 inline TensorDesc matrix_desc(int64_t a, int64_t b, Dtype dt) { return TensorDesc{{a, b, 0, 0}, dt}; }
 
-inline double bytes_of(int64_t elements, Dtype dt) { return static_cast<double>(elements) * dtype_bytes(dt); }
+inline double bytes_of(double num_elements, Dtype dt) { return num_elements * dtype_bytes(dt); }
 
 // Adds ops to a tape with the conventions shared by all layer kinds.
 class TapeBuilder {
@@ -51,7 +51,7 @@ class TapeBuilder {
     TapeOp op;
     op.op.kind = kind;
     op.op.dtype = c_.act;
-    op.op.flops = flops_per_element * static_cast<double>(rows * cols);
+    op.op.flops = flops_per_element * elements(rows, cols);
     for (int in : inputs) op.op.bytes_read += t_.tensors()[static_cast<size_t>(in)].desc.bytes();
     op.op.bytes_written = t_.tensors()[static_cast<size_t>(y)].desc.bytes();
     op.name = name;
@@ -104,11 +104,11 @@ class TapeBuilder {
     const int64_t d = c_.model->hidden_size;
     if (c_.sequence_parallel) {
       return communicate(OpKind::all_gather, r.group, name + prefix(r) + "all_gather", x, matrix_desc(r.rows, d, c_.act),
-                         bytes_of(r.rows * d, c_.act));
+                         bytes_of(elements(r.rows, d), c_.act));
     }
     TapeOp& producer = last_producer_of(x);  // no SP: only the dense region (the checker's rule)
     producer.all_reduce_output_grad = true;
-    producer.all_reduce_bytes = bytes_of(r.rows * d, c_.act);
+    producer.all_reduce_bytes = bytes_of(elements(r.rows, d), c_.act);
     return x;
   }
 
@@ -119,10 +119,10 @@ class TapeBuilder {
     const int64_t d = c_.model->hidden_size;
     if (c_.sequence_parallel) {
       return communicate(OpKind::reduce_scatter, r.group, name + prefix(r) + "reduce_scatter", y,
-                         matrix_desc(r.rows / r.degree, d, c_.act), bytes_of(r.rows * d, c_.act));
+                         matrix_desc(r.rows / r.degree, d, c_.act), bytes_of(elements(r.rows, d), c_.act));
     }
     return communicate(OpKind::all_reduce, r.group, name + prefix(r) + "all_reduce", y, matrix_desc(r.rows, d, c_.act),
-                       bytes_of(r.rows * d, c_.act));
+                       bytes_of(elements(r.rows, d), c_.act));
   }
 
   LayerTape& tape() { return t_; }
@@ -146,8 +146,8 @@ class TapeBuilder {
     op.op.k = k;
     const double f = 2.0 * static_cast<double>(rows) * static_cast<double>(k) * static_cast<double>(n);
     op.op.flops = f;
-    op.op.bytes_read = bytes_of(rows * k, c_.act) + bytes_of(num_matrices * k * n, c_.compute);
-    op.op.bytes_written = bytes_of(rows * n, c_.act);
+    op.op.bytes_read = bytes_of(elements(rows, k), c_.act) + bytes_of(elements(num_matrices, k, n), c_.compute);
+    op.op.bytes_written = bytes_of(elements(rows, n), c_.act);
     op.name = name;
     op.inputs = std::move(inputs);
     op.outputs = {output};
@@ -180,7 +180,7 @@ class TapeBuilder {
     t_.add(tag(matmul(OpKind::lora_gemm, name + ".lora_a", {x}, a, rows, in, r, matrices, true)));
     const int yo = act_tensor(rows, out, name + ".out");
     TapeOp lora_b = tag(matmul(OpKind::lora_gemm, name + ".lora_b", {a, y}, yo, rows, r, out, matrices, true));
-    lora_b.op.bytes_read += bytes_of(rows * out, c_.act);  // adds onto the base output, which it reads
+    lora_b.op.bytes_read += bytes_of(elements(rows, out), c_.act);  // adds onto the base output, which it reads
     t_.add(lora_b);
     return yo;
   }

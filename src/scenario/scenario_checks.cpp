@@ -254,6 +254,21 @@ class ScenarioChecker {
                                            " layer passes per rank's program, more than moesim's limit of " +
                                            str(limits::kMaxLayerPasses) + " (docs/limits.md)");
     }
+    // Every stage's program is built: the step holds stages times as many layer passes.
+    if (micro_steps * layers_per_stage * p.pp.stages > limits::kMaxStepLayerPasses) {
+      fail("/batch/global_batch_size", "gives " + str(micro_steps * layers_per_stage * p.pp.stages) +
+                                           " layer passes over the step's " + str(p.pp.stages) +
+                                           " pipeline stages, more than moesim's limit of " +
+                                           str(limits::kMaxStepLayerPasses) + " (docs/limits.md)");
+    }
+    // The routing sampler draws an EP group's expert assignments of a micro-batch at once; its
+    // products (capacity, padded rows, copies) stay far from int64 below this bound.
+    if (model_.moe) {
+      (void)product("/batch/micro_batch_size", {p.ep, b.micro_batch_size, b.sequence_length / p.cp, model_.moe->top_k},
+                    limits::kMaxRoutedAssignments,
+                    "expert assignments per EP group and micro-batch (ep x micro_batch_size x sequence_length / cp x "
+                    "top_k)");
+    }
   }
 
   void check_training() const {

@@ -7,6 +7,7 @@ usage: cli_test.py BUILD/moesim   (run from the project root)
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -218,9 +219,19 @@ classes = {c.get("class") for c in cases}
 with open("tests/data/bad/cli_cases.json") as f:
     cli_cases = json.load(f)
 for c in cli_cases:
+    if c.get("exit", 2) == 0:
+        # At the bounds, accepted: within the same time and memory, finite numbers only.
+        name = f"bound {c['name']}"
+        rc, out, err, seconds, rss = run_bounded(c["args"], cwd="tests/data/bad")
+        expect(name, rc == 0 and out and err == "" and not re.search(r"\b(inf|nan)\b", out, re.I),
+               f"rc={rc} stderr={err[:400]!r} stdout={out[:400]!r}")
+        expect(name + " time", seconds < BAD_SECONDS, f"{seconds:.1f} s")
+        expect(name + " memory", rss < BAD_RSS_BYTES, f"{rss / 2**20:.0f} MiB")
+        continue
     expect_refused(f"bad {c['name']} ({c['class']})", c["args"], c["error"], c["message"], cwd="tests/data/bad")
 classes |= {c["class"] for c in cli_cases}
-expect("bad input classes", {"schema", "crash", "literal", "absurd", "unbounded", "location"} <= classes, str(classes))
+expect("bad input classes", {"schema", "crash", "literal", "absurd", "unbounded", "location", "bound"} <= classes,
+       str(classes))
 expect("bad input count", len(cases) + len(cli_cases) >= 116, str(len(cases) + len(cli_cases)))
 # The fixtures the graph cases derive from is itself valid (so each case fails for its one mistake).
 rc, out, err, _, _ = run_bounded(["graph", "import", "graph/valid.json"], cwd="tests/data/bad")

@@ -8,7 +8,8 @@ for the other readers (calibration files, exported graphs, flags), read by cli_t
 Every case has a class (issue 21): schema (a plain mistake), crash (inputs that used to crash:
 deep nesting, products past 64 bits), literal (numbers beyond a double), absurd (values beyond
 the physical bounds of docs/limits.md), unbounded (work beyond moesim's limits), location (errors
-that used to name the wrong file or path). cli_test.py wants exit 2, the file and path at the start
+that used to name the wrong file or path), bound (the largest accepted values: exit 0 where they
+are built, exit 2 where the engine's clock refuses the step). cli_test.py wants exit 2, the file and path at the start
 of stderr, the message, nothing on stdout, and each run within a time and memory bound.
 
 Run from the project root after a schema change: python3 tests/data/make_bad_inputs.py
@@ -324,6 +325,84 @@ graph_case("deep", None, "/scenario" + "/0" * (DEPTH - 1), "nested more than 128
 graph_case("capacity-policy", mutate(graph, setp("/routing", {"num_experts": 8, "top_k": 1, "ep": 1, "capacity_policy": "pad"})), "/routing/capacity_policy", "only applies with a capacity_factor", "schema")
 graph_case("two-limits", mutate(graph, setp("/routing", {"num_experts": 8, "top_k": 2, "ep": 1, "groups": 2, "groups_per_token": 1, "devices_per_token": 1})), "/routing/devices_per_token", "only one of groups_per_token, nodes_per_token and devices_per_token", "schema")
 graph_case("sampled-steps", mutate(graph, setp("/routing", {"num_experts": 8, "top_k": 1, "ep": 1, "num_sampled_steps": 10**6})), "/routing/num_sampled_steps", "must be between 1 and 1000", "unbounded")
+
+# Amounts and counts of an exported graph, bounded as the loaders' fields are (docs/limits.md).
+graph_case("flops-1e30", mutate(graph, setp("/programs/0/ops/0/flops", 1e30)), "/programs/0/ops/0/flops", "must be between 0 and 1e+21", "absurd")
+graph_case("comm-bytes-1e20", mutate(graph, setp("/programs/0/ops/0/comm_bytes", 1e20)), "/programs/0/ops/0/comm_bytes", "must be between 0 and 1e+15", "absurd")
+graph_case("buffer-bytes-1e20", mutate(graph, setp("/programs/0/buffers", [{"name": 0, "category": "activation", "bytes": 1e20}])), "/programs/0/buffers/0/bytes", "must be between 0 and 1e+15", "absurd")
+graph_case("persistent-1e300", mutate(graph, setp("/programs/1/persistent/params", 1e300)), "/programs/1/persistent/params", "must be between 0 and 1e+15", "absurd")
+graph_case("tensor-elements", mutate(graph, setp("/programs/0/ops/0/in", [[2**30, 2**30, "bf16"]])), "/programs/0/ops/0/in/0", "has more than 1125899906842624 elements", "absurd")
+graph_case("tensor-dim-2p62", mutate(graph, setp("/programs/0/ops/0/in", [[2**62, "bf16"]])), "/programs/0/ops/0/in/0/0", "must be between 0 and 1125899906842624", "absurd")
+graph_case("gemm-m-2p62", mutate(graph, setp("/programs/0/ops/0/m", 2**62)), "/programs/0/ops/0/m", "must be between 0 and 1125899906842624", "absurd")
+graph_case("layer-2p31", mutate(graph, setp("/programs/0/ops/0/layer", 2**31)), "/programs/0/ops/0/layer", "must be between 0 and 10001", "absurd")
+graph_case("micro-2p20", mutate(graph, setp("/programs/0/ops/0/micro", 2**20)), "/programs/0/ops/0/micro", "must be between -1 and 65535", "absurd")
+graph_case("routing-layer-1e6", mutate(graph, setp("/programs/0/ops/0/routing_layer", 10**6)), "/programs/0/ops/0/routing_layer", "must be between -1 and 10000", "absurd")
+graph_case("num-groups-2p30", mutate(graph, setp("/programs/0/ops/0/num_groups", 2**30)), "/programs/0/ops/0/num_groups", "must be between 0 and 1048576", "absurd")
+graph_case("histogram-1e300", mutate(graph, setp("/routing", {"num_experts": 2, "top_k": 1, "ep": 1, "distribution": "histogram", "histogram": [1e300, 1]})), "/routing/histogram/0", "must be between 0 and 1e+15", "absurd")
+graph_case("fragmentation-5", mutate(graph, setp("/allocator_fragmentation", 5)), "/allocator_fragmentation", "must be between 0 and 1", "absurd")
+graph_case("routed-assignments", mutate(graph, lambda d: (d.update(tokens_per_micro_batch=2**40), d.update(routing={"num_experts": 2**20, "top_k": 2**20, "ep": 1}))), "/routing/top_k", "(expert assignments per EP group and micro-batch) exceeds 1125899906842624", "unbounded")
+
+# At the bounds (issue 21): inputs at the largest values the loaders accept must not overflow an
+# int64 product or crash on the way (the sanitizer build runs them too). A one-device, two-layer
+# MoE slice with 2^40 tokens per micro-batch and the widest layers is built whole (`graph stats`,
+# exit 0) and refused by the engine, whose clock a step of such ops would pass (exit 2, the
+# scenario's file), as are 2^20 experts and two EP ranks at the routing sampler's bound; 2^20
+# devices and the largest micro-batches x layers per program load and build.
+slice_scenario = load("scenarios/calibration/qwen3-moe-slice-1gpu.json")
+slice_model = load("models/calibration/qwen3-30b-a3b-l2-e16.json")
+
+
+def bound_case(name, model_data, scenario_data, command, path=None, message=None, klass="bound"):
+    """A scenario (and its model) at the bounds: exit 0 (`graph stats`, `scenario info`) when no
+    message is given, else exit 2 naming the scenario (at `path`) with `message`."""
+    write_support(f"bound/{name}-model.json", model_data)
+    rel = f"bound/{name}.json"
+    write_support(rel, mutate(scenario_data, lambda d: d.update(model=f"{name}-model.json", hardware="h200-hgx")))
+    args = [*command, rel]
+    if message is None:
+        cli_cases.append({"name": "bound-" + name, "class": klass, "args": args, "exit": 0})
+    else:
+        cli("bound-" + name, args, f"{rel}: " + (f"{path}: " if path else ""), message, klass)
+
+
+def widest(d):
+    d.update(hidden_size=2**20, vocab_size=2**24)
+    d["gqa"].update(num_heads=2**12, num_kv_heads=2**12)
+    d["moe"].update(num_experts=16, top_k=16, expert_intermediate_size=2**16)
+
+
+def many_experts(top_k):
+    return lambda d: d["moe"].update(num_experts=2**20, top_k=top_k, expert_intermediate_size=16)
+
+
+# 2^40 tokens per micro-batch: 2^14 sequences of 2^26 tokens.
+most_tokens = mutate(slice_scenario, lambda d: d["batch"].update(global_batch_size=2**14, micro_batch_size=2**14, sequence_length=2**26))
+clock = "the simulated step would last more than 1000000 s"
+bound_case("widest-stats", mutate(slice_model, widest), most_tokens, ["graph", "stats"])
+bound_case("widest-simulate", mutate(slice_model, widest), most_tokens, ["simulate"], "", clock)
+# 2^20 experts, top-1024: 2^50 assignments, the sampler's bound; a capacity of 1000x the
+# balanced load, padded.
+padded = mutate(most_tokens, lambda d: d["routing"].update(capacity_factor=1000, capacity_policy="pad"))
+bound_case("experts-simulate", mutate(slice_model, many_experts(2**10)), padded, ["simulate"], "", clock)
+# Two EP ranks at the sampler's bound (2 x 2^39 tokens x top-1024 = 2^50 assignments), padded to
+# 1,000x the balanced load: the engine samples the routing and sizes the dispatch before the
+# clock stops it (the experts' GEMMs).
+sampled = mutate(padded, lambda d: (d.update(num_devices=2), d["parallel"]["fsdp"].update(shard=2), d["parallel"].update(ep=2),
+                                    d["batch"].update(global_batch_size=2**30, micro_batch_size=2**29, sequence_length=2**10)))
+bound_case("sampler-simulate", mutate(slice_model, lambda d: d["moe"].update(num_experts=2**11, top_k=2**10, expert_intermediate_size=16)),
+           sampled, ["simulate"], "", clock)
+# 2^20 devices in one FSDP group.
+bound_case("devices-stats", slice_model, mutate(slice_scenario, lambda d: (d.update(num_devices=2**20), d["parallel"]["fsdp"].update(shard=2**20), d["batch"].update(global_batch_size=2**20))), ["graph", "stats"])
+# 65,536 micro-batches x 3 layers per stage: 196,608 layer passes, under 2^20.
+bound_case("micro-batches-info", slice_model, mutate(slice_scenario, setp("/batch/global_batch_size", 2**16)), ["scenario", "info"])
+# Just past the bounds: refused by the loader, before any work.
+bound_case("routed-assignments", mutate(slice_model, many_experts(2**11)), most_tokens, ["scenario", "info"], "/batch/micro_batch_size",
+           "expert assignments per EP group and micro-batch (ep x micro_batch_size x sequence_length / cp x top_k) exceeds 1125899906842624",
+           "unbounded")
+bound_case("step-layer-passes", mutate(slice_model, setp("/num_layers", 64)),
+           mutate(slice_scenario, lambda d: (d.update(num_devices=64), d["parallel"]["pp"].update(stages=64), d["batch"].update(global_batch_size=2**16))),
+           ["scenario", "info"], "/batch/global_batch_size", "gives 8388608 layer passes over the step's 64 pipeline stages, more than moesim's limit of 4194304",
+           "unbounded")
 
 # PyTorch profiler traces (calibrate / validate --from-trace): a tiny valid trace, then one mistake each.
 TRACE_SCENARIO = "../../../scenarios/trace/dense-s4k-mb2.json"

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/limits.hpp"
 #include "graph/graph_json.hpp"
 #include "graph/step_graph.hpp"
 
@@ -201,7 +203,7 @@ StepGraph tiny_graph() {
   done.layer = 1;
   done.micro = 0;
   done.bytes_read = 5e-324;  // the smallest denormal
-  done.bytes_written = std::numeric_limits<double>::max();
+  done.bytes_written = std::nextafter(limits::kMaxBytes, 0.0);  // the largest accepted, 17 digits
   const uint32_t e0 = w.add(done, "layer1.combine");
   w.depend(e0, a0);
   w.effect(e0, x, MemAction::free);
@@ -289,7 +291,7 @@ TEST_CASE("doubles and odd shapes come back bit for bit") {
   CHECK(p.tensors[1].shape == std::array<int64_t, 4>{1, 2, 3, 4});
   CHECK(same_bits(p.ops[1].comm_bytes, 1.0 / 3.0));
   CHECK(same_bits(p.ops[2].bytes_read, 5e-324));
-  CHECK(same_bits(p.ops[2].bytes_written, std::numeric_limits<double>::max()));
+  CHECK(same_bits(p.ops[2].bytes_written, std::nextafter(limits::kMaxBytes, 0.0)));
   CHECK(same_bits(p.persistent.grads, 2.0 / 7.0));
   CHECK(same_bits(p.buffers[1].bytes, 0.1));
 }

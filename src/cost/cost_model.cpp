@@ -124,13 +124,15 @@ double CostModel::kernel_seconds(const Op& op, double rows_scale) const {
   }
   const double flops = op.flops * rows_scale;
   const double bytes = (op.bytes_read + op.bytes_written) * rows_scale;
+  // Each kernel of a decomposed op (an eager norm: several) pays the launch overhead.
+  const double launch_s = d.kernel_launch_overhead.value * static_cast<double>(std::max(op.num_kernels, 1));
   // Calibrated attention kernels (format version 2): the measured FLOP/s of this kind and phase
   // at the op's query rows, for the op's own flops. The measurement is the whole kernel (its memory
   // traffic included), so no roofline max with the memory term.
   if (cal && op.dtype == Dtype::bf16 && flops > 0) {
     if (const CalibrationTable* att = cal->attention_table(op.kind, op.phase)) {
       const double rows = std::max(static_cast<double>(op.m) * rows_scale, 1.0);
-      return flops / att->at(rows) + d.kernel_launch_overhead.value;
+      return flops / att->at(rows) + launch_s;
     }
   }
   double t = 0;
@@ -143,7 +145,7 @@ double CostModel::kernel_seconds(const Op& op, double rows_scale) const {
     // A calibrated GEMM's measured FLOP/s is the whole kernel, its memory traffic included (as the
     // attention tables): no roofline max with the memory term, whose table may come from slower
     // memory-bound kernels (a fit to a profiler trace, src/trace/trace_fit.hpp).
-    if (table && *table) return flops / (*table)->at(x) + d.kernel_launch_overhead.value;
+    if (table && *table) return flops / (*table)->at(x) + launch_s;
     t = flops / (peak(op.dtype) * efficiency(op, rows_scale));
   }
   if (bytes > 0) {
@@ -151,7 +153,7 @@ double CostModel::kernel_seconds(const Op& op, double rows_scale) const {
                                                      : d.hbm_bandwidth.value * hw_.efficiency.memory;
     t = std::max(t, bytes / bw);
   }
-  return t + d.kernel_launch_overhead.value;
+  return t + launch_s;
 }
 
 double CostModel::bus_factor(OpKind kind, int64_t n) {

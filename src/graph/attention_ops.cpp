@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "model/accounting.hpp"
 
@@ -167,6 +168,7 @@ int gqa_block(TapeBuilder& b, int x) {
     q = b.norm("attn.q_norm", q, t, h * g.head_dim);
     k = b.norm("attn.k_norm", k, t, kv * g.head_dim);
   }
+  std::tie(q, k) = b.rope(q, k, t, h * g.head_dim, kv * g.head_dim);
   k = gather_context(b, "attn.k", k, kv * g.head_dim);
   v = gather_context(b, "attn.v", v, kv * g.head_dim);
   const int o = flash_attention(b, "attn", {q, k, v}, h, g.head_dim, g.head_dim);

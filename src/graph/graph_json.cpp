@@ -125,6 +125,7 @@ void write_op(Writer& w, const Program& p, const Op& op) {
   if (op.n != d.n) w.key("n", first).number(op.n);
   if (op.k != d.k) w.key("k", first).number(op.k);
   if (op.num_groups != d.num_groups) w.key("num_groups", first).number(int64_t{op.num_groups});
+  if (op.num_kernels != d.num_kernels) w.key("kernels", first).number(int64_t{op.num_kernels});
   write_tensors(w, "in", p.inputs(op), first);
   write_tensors(w, "out", p.outputs(op), first);
   if (op.num_effects > 0) {
@@ -492,6 +493,7 @@ void read_op(const Reader& r, const json& node, const Where& where, Program& p) 
   optional_int("n", op.n, 0, limits::kMaxTensorElements);
   optional_int("k", op.k, 0, limits::kMaxTensorElements);
   optional_int("num_groups", op.num_groups, 0, limits::kMaxExperts);
+  optional_int("kernels", op.num_kernels, 1, 4096);  // kernels one op launches (eager decompositions: tens)
 
   op.first_tensor = static_cast<uint32_t>(p.tensors.size());
   read_tensors(r, o, "in", p, op.num_inputs);
@@ -530,7 +532,7 @@ void read_op(const Reader& r, const json& node, const Where& where, Program& p) 
     op.num_deps = static_cast<uint32_t>(j->size());
   }
   o.finish({"kind", "name", "phase", "stream", "dtype", "group", "peer", "layer", "micro", "routing_layer",
-            "routing_part", "trainable", "flops", "bytes_read", "bytes_written", "comm_bytes", "m", "n", "k", "num_groups", "in",
+            "routing_part", "trainable", "flops", "bytes_read", "bytes_written", "comm_bytes", "m", "n", "k", "num_groups", "kernels", "in",
             "out", "effects", "deps"});
   p.ops.push_back(op);
 }

@@ -26,7 +26,7 @@ int ffn_up(TapeBuilder& b, const std::string& name, int x, int64_t rows, int64_t
   const bool gated = is_gated(c.model->activation);
   const int64_t fl = f / c.tp;
   const int up = b.gemm(name + ".up_proj", x, rows, w, (gated ? 2 : 1) * fl, lora, up_swap);
-  return b.pointwise(OpKind::activation, name + ".act", {up}, rows, fl, gated ? 4.0 : 8.0, {up}, c.act);
+  return b.activation(name + ".act", up, rows, fl);
 }
 int ffn_down(TapeBuilder& b, const std::string& name, int a, int64_t rows, int64_t w, int64_t f, LoraTarget lora) {
   return b.gemm(name + ".down_proj", a, rows, f / b.ctx().tp, w, lora);
@@ -158,7 +158,7 @@ int moe_block(TapeBuilder& b, int x_in, int64_t layer) {
   auto experts_up = [&](const std::string& prefix, int in, int64_t rows, RoutingPart part) {
     const int up = b.grouped_gemm(prefix + up_name, in, rows, w, (gated ? 2 : 1) * f, rl, SwapTarget::expert_gmm_up,
                                   part);
-    return b.pointwise(OpKind::activation, prefix + "act", {up}, rows, f, gated ? 4.0 : 8.0, {up}, c.act);
+    return b.activation(prefix + "act", up, rows, f);
   };
   auto experts_down = [&](const std::string& prefix, int a, int64_t rows, RoutingPart part) {
     return b.grouped_gemm(prefix + "down_proj", a, rows, f, w, rl, SwapTarget::expert_gmm_down, part);

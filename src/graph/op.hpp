@@ -208,6 +208,8 @@ struct Op {
                                     // received; swap copies: bytes copied
   int64_t m = 0, n = 0, k = 0;      // GEMM shape (grouped: m is the total rows)
   int32_t num_groups = 0;           // grouped GEMM: experts on this rank
+  int32_t num_kernels = 1;          // kernels it launches (an eager norm: several; each pays the launch
+                                    // overhead; bytes_read / bytes_written are their sum)
   uint32_t first_tensor = 0;        // inputs then outputs, in Program::tensors
   uint16_t num_inputs = 0;
   uint16_t num_outputs = 0;

@@ -399,8 +399,9 @@ BackwardResult emit_backward(ProgramWriter& w, const LayerTape& tape, const Tape
     op.stream = stream_for(op.kind, policy);
     const bool split = splits(e);
     op.flops = comm ? 0 : e.bwd_flops + (e.op.trainable_weight && !split ? e.wgrad_flops : 0);
-    op.bytes_read = e.op.bytes_read + e.op.bytes_written;
-    op.bytes_written = e.op.bytes_read;
+    op.bytes_read = e.bwd_work ? e.bwd_work->bytes_read : e.op.bytes_read + e.op.bytes_written;
+    op.bytes_written = e.bwd_work ? e.bwd_work->bytes_written : e.op.bytes_read;
+    op.num_kernels = e.bwd_work ? e.bwd_work->num_kernels : 1;
     std::vector<TensorDesc> in_descs = descs(tape, e.outputs);  // gradients of the outputs
     for (const auto& d : descs(tape, e.bwd_needs)) in_descs.push_back(d);
     const auto out_descs = descs(tape, e.inputs);  // gradients of the inputs

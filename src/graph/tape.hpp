@@ -29,6 +29,13 @@ struct TapeTensor {
   bool requires_grad = true;  // false for indices and routing decisions
 };
 
+// A pass's kernels and HBM traffic, where they are not derived by the default rule.
+struct PassWork {
+  int32_t num_kernels = 1;
+  double bytes_read = 0;
+  double bytes_written = 0;
+};
+
 struct TapeOp {
   Op op;  // the forward op: kind, dtype, flops, bytes, shape, group, ...
   std::string name;
@@ -40,6 +47,9 @@ struct TapeOp {
   OpKind bwd_kind = OpKind::elementwise;
   double bwd_flops = 0;        // data-gradient work
   double wgrad_flops = 0;      // weight-gradient work, done when op.trainable_weight
+  // The backward's kernels and bytes when not the default rule (read what the forward read and
+  // wrote, write the input gradients, one kernel): set for decomposed elementwise ops.
+  std::optional<PassWork> bwd_work;
   bool cheap = false;          // recomputed rather than kept under selective recompute
   std::optional<SwapTarget> swap;
   // Tensor parallelism without sequence parallelism: the gradient of this op's output is summed

@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "graph/elementwise_kernels.hpp"
 #include "graph/layer_ops.hpp"
 
 namespace moesim {
@@ -66,7 +68,46 @@ class TapeBuilder {
   }
 
   int norm(const std::string& name, int x, int64_t rows, int64_t cols) {
-    return pointwise(OpKind::norm, name, {x}, rows, cols, 4.0, {x}, c_.act);
+    const int y = pointwise(OpKind::norm, name, {x}, rows, cols, 4.0, {x}, c_.act);
+    run_as_scenario_says(c_.model->norm == NormKind::layernorm ? ElementwiseForm::layer_norm : ElementwiseForm::rms_norm,
+                         rows, cols);
+    return y;
+  }
+
+  // The FFN activation on the up-projection's output `up` (rows x f, or x 2f when gated).
+  int activation(const std::string& name, int up, int64_t rows, int64_t f) {
+    const bool gated = is_gated(c_.model->activation);
+    const int y = pointwise(OpKind::activation, name, {up}, rows, f, gated ? 4.0 : 8.0, {up}, c_.act);
+    run_as_scenario_says(gated ? ElementwiseForm::gated_activation : ElementwiseForm::activation, rows, f);
+    return y;
+  }
+
+  // Rotary position embedding of the query (rows x q_cols) and key (rows x k_cols) heads, an op of
+  // its own under compile and eager; hand-fused stacks apply it inside the attention input
+  // (fused_ops.elementwise fused: no op, as moesim always costed it). Returns the rotated q and k.
+  std::pair<int, int> rope(int q, int k, int64_t rows, int64_t q_cols, int64_t k_cols) {
+    if (c_.model->position != PositionKind::rope) return {q, k};
+    const ElementwiseWork w = elementwise_work(ElementwiseForm::rope, c_.fused, c_.act);
+    if (w.fwd.num_kernels == 0) return {q, k};
+    const auto elements = static_cast<double>(rows * (q_cols + k_cols));
+    const int qr = act_tensor(rows, q_cols, "attn.rope.q");
+    const int kr = act_tensor(rows, k_cols, "attn.rope.k");
+    TapeOp op;
+    op.op.kind = OpKind::elementwise;
+    op.op.dtype = c_.act;
+    op.op.flops = 3.0 * elements;  // a pair: four multiplies and two adds
+    op.op.num_kernels = w.fwd.num_kernels;
+    op.op.bytes_read = w.fwd.read_per_element * elements;
+    op.op.bytes_written = w.fwd.written_per_element * elements;
+    op.name = "attn.rope";
+    op.inputs = {q, k};
+    op.outputs = {qr, kr};
+    op.bwd_kind = OpKind::elementwise;
+    op.bwd_flops = op.op.flops;  // the inverse rotation
+    op.bwd_work = PassWork{w.bwd.num_kernels, w.bwd.read_per_element * elements, w.bwd.written_per_element * elements};
+    op.cheap = true;
+    t_.add(op);
+    return {qr, kr};
   }
 
   // A communication op of the forward: its backward is the adjoint collective.
@@ -183,6 +224,25 @@ class TapeBuilder {
     lora_b.op.bytes_read += bytes_of(elements(rows, out), c_.act);  // adds onto the base output, which it reads
     t_.add(lora_b);
     return yo;
+  }
+
+  // Re-costs the op just added (a norm or an activation over rows x cols reference elements) as
+  // fused_ops.elementwise runs it: its kernels and bytes each way, and under eager the intermediate
+  // it keeps for backward. Hand-fused ops keep the pointwise rule above.
+  void run_as_scenario_says(ElementwiseForm form, int64_t rows, int64_t cols) {
+    if (c_.fused.elementwise == ElementwiseExecution::fused) return;
+    const ElementwiseWork w = elementwise_work(form, c_.fused, c_.act);
+    const auto elements = static_cast<double>(rows * cols);
+    TapeOp& op = t_.mutable_ops().back();
+    op.op.num_kernels = w.fwd.num_kernels;
+    op.op.bytes_read = w.fwd.read_per_element * elements;
+    op.op.bytes_written = w.fwd.written_per_element * elements;
+    op.bwd_work = PassWork{w.bwd.num_kernels, w.bwd.read_per_element * elements, w.bwd.written_per_element * elements};
+    if (w.kept_copy) {
+      const int copy = tensor(rows, cols, op.name + ".saved", *w.kept_copy, false);
+      op.outputs.push_back(copy);
+      op.bwd_needs.push_back(copy);
+    }
   }
 
   TapeOp& last_producer_of(int tensor) {

@@ -238,6 +238,18 @@ void declare_fields(F& f, FusedOpsSpec& s) {
   f.optional("dsa", s.dsa, false, "Fused DSA kernels (LI, SFA, SFAG) instead of small ops; mla_dsa models only.");
   f.optional("kda", s.kda, false, "Fused KDA forward and backward kernels; kda models only.");
   f.optional("permute_gemm", s.permute_gemm, false, "Permute fused into the experts' grouped GEMM; MoE models only.");
+  f.optional("elementwise", s.elementwise, ElementwiseExecution::fused,
+             "How norms, activations and RoPE run: fused (one hand-written kernel per op, as Transformer Engine, "
+             "Apex and Megatron-Core; RoPE inside the attention input), compiled (torch.compile: one generated kernel "
+             "per op chain, RoPE one kernel per tensor) or eager (PyTorch eager: each op decomposed into several "
+             "kernels that each read and write whole tensors, more intermediates kept for backward); kernels and "
+             "bytes per op in docs/modelling.md#elementwise-execution.");
+  f.optional("eager_rms_norm", s.eager_rms_norm, EagerRmsNorm::kernel,
+             "RMSNorm under elementwise eager: kernel (ATen's fused RMSNorm kernel, PyTorch releases with pytorch "
+             "PR 153666) or composite (nn.RMSNorm of PyTorch 2.4-2.7: cast, pow, mean, add, rsqrt, mul, cast, mul).");
+  f.optional("eager_rope", s.eager_rope, EagerRope::complex,
+             "RoPE under elementwise eager: complex (view_as_complex, a complex multiply, casts, as torchtitan) or "
+             "real (even and odd halves rotated with four multiplies, an add, a subtract and a stack).");
 }
 
 template <class F>

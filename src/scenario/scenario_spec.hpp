@@ -34,6 +34,14 @@ enum class RecomputePolicy { none, selective, full };
 // kernels, hierarchical dispatchers).
 enum class ExpertDispatch { direct, hierarchical };
 enum class LossKind { full, chunked, cce };
+// How the memory-bound ops around the matmuls (norms, activations, RoPE) run: one hand-written
+// kernel per op (Transformer Engine, Apex, Megatron's fusions), one Inductor kernel per op under
+// torch.compile, or PyTorch eager's decomposition into several kernels (graph/elementwise_kernels.hpp).
+enum class ElementwiseExecution { fused, compiled, eager };
+// Eager RMSNorm: ATen's fused kernel (aten::_fused_rms_norm), or the composite of PyTorch 2.4-2.7.
+enum class EagerRmsNorm { kernel, composite };
+// Eager RoPE: complex arithmetic (torchtitan, Meta's Llama reference) or real (pairs rotated by hand).
+enum class EagerRope { complex, real };
 enum class RoutingDistribution { uniform, skewed, histogram };
 // What an expert does with assignments beyond its capacity (routing.capacity_factor): drop them,
 // or drop them and pad every expert's input up to the capacity (fixed-shape buffers).
@@ -254,6 +262,9 @@ struct FusedOpsSpec {
   bool dsa = false;           // LI / SFA / SFAG fused kernels
   bool kda = false;           // fused KDA forward and backward
   bool permute_gemm = false;  // permute fused into the grouped GEMM
+  ElementwiseExecution elementwise = ElementwiseExecution::fused;
+  EagerRmsNorm eager_rms_norm = EagerRmsNorm::kernel;  // under elementwise eager
+  EagerRope eager_rope = EagerRope::complex;           // under elementwise eager
 };
 
 // Devices that run slower than the rest (thermal throttling, a bad link, a noisy neighbour).
@@ -398,6 +409,28 @@ struct EnumNames<LossKind> {
       {"full", LossKind::full},
       {"chunked", LossKind::chunked},
       {"cce", LossKind::cce},
+  }};
+};
+template <>
+struct EnumNames<ElementwiseExecution> {
+  static constexpr std::array<std::pair<std::string_view, ElementwiseExecution>, 3> names{{
+      {"fused", ElementwiseExecution::fused},
+      {"compiled", ElementwiseExecution::compiled},
+      {"eager", ElementwiseExecution::eager},
+  }};
+};
+template <>
+struct EnumNames<EagerRmsNorm> {
+  static constexpr std::array<std::pair<std::string_view, EagerRmsNorm>, 2> names{{
+      {"kernel", EagerRmsNorm::kernel},
+      {"composite", EagerRmsNorm::composite},
+  }};
+};
+template <>
+struct EnumNames<EagerRope> {
+  static constexpr std::array<std::pair<std::string_view, EagerRope>, 2> names{{
+      {"complex", EagerRope::complex},
+      {"real", EagerRope::real},
   }};
 };
 template <>

@@ -110,7 +110,7 @@ TraceFit fit_calibration_from_traces(const std::vector<TraceFitSource>& sources,
         continue;
       }
       if (op.kind == OpKind::swap_in || op.kind == OpKind::swap_out) continue;
-      const double work_s = t - launch;
+      const double work_s = t - launch * static_cast<double>(std::max(op.num_kernels, 1));  // as the cost model adds
       if (!(work_s > 0)) {
         skipped.push_back(fold_layer(name) + " (" + fmt("%.1f us", t * 1e6) + ", within the launch overhead)");
         continue;

@@ -117,6 +117,14 @@ def rope_tables(seq, head_dim, device):
     return torch.cos(ang).to(torch.bfloat16), torch.sin(ang).to(torch.bfloat16)
 
 
+def swiglu(u):
+    # One split, so that its backward is one concatenation (graph/elementwise_kernels.cpp). Traces
+    # recorded before 2026-12-01 08:00 split twice: two zero-fills, a second concatenation and an add
+    # more in each activation's backward.
+    gate, up = u.chunk(2, -1)
+    return F.silu(gate) * up
+
+
 def apply_rope(x, cos, sin):  # x: [b, s, h, d]
     x1, x2 = x[..., 0::2], x[..., 1::2]
     c, s = cos[None, :, None, :], sin[None, :, None, :]
@@ -146,7 +154,8 @@ class Attention(nn.Module):
         if self.qk_norm:
             q = op_range(p + ".q_norm", self.q_norm, q)
             k = op_range(p + ".k_norm", self.k_norm, k)
-        # RoPE is no op of the simulator's graph: its kernels are reported as unmatched.
+        # The graph's attn.rope op (fused_ops.elementwise compiled or eager) rotates q and k: both
+        # ranges carry its name, and the matcher adds their kernels (eager_rope "real" is this form).
         q = op_range(p + ".rope", lambda t: apply_rope(t, cos, sin), q)
         k = op_range(p + ".rope", lambda t: apply_rope(t, cos, sin), k)
         o = op_range(p + ".flash_attention",
@@ -166,7 +175,7 @@ class DenseFFN(nn.Module):
 
     def forward(self, x):
         u = op_range(self.p + ".up_proj", self.up_proj, x)
-        a = op_range(self.p + ".act", lambda u: F.silu(u.chunk(2, -1)[0]) * u.chunk(2, -1)[1], u)
+        a = op_range(self.p + ".act", swiglu, u)
         return op_range(self.p + ".down_proj", self.down_proj, a)
 
 
@@ -239,7 +248,7 @@ class MoE(nn.Module):
             local_counts = counts
         offs = torch.cumsum(local_counts, 0).to(torch.int32)
         up = op_range(p + ".experts.up_proj", lambda t: self._grouped(t, self.w_up, offs), permuted)
-        act = op_range(p + ".experts.act", lambda u: F.silu(u.chunk(2, -1)[0]) * u.chunk(2, -1)[1], up)
+        act = op_range(p + ".experts.act", swiglu, up)
         down = op_range(p + ".experts.down_proj", lambda t: self._grouped(t, self.w_down, offs), act)
         if self.ep > 1:
             down = down.index_select(0, torch.argsort(regroup))

@@ -111,7 +111,7 @@ nlohmann::json match_json(const TraceMatch& m) {
   j["matched_seconds_per_step"] = m.matched_seconds;
   for (const StepMeasure& s : m.steps) {
     j["steps"].push_back({{"name", s.name}, {"host_s", s.host_s}, {"gpu_span_s", s.gpu_span_s},
-                          {"gpu_busy_s", s.gpu_busy_s}, {"num_kernels", s.num_kernels}});
+                          {"gpu_busy_s", s.gpu_busy_s}, {"launch_span_s", s.launch_span_s}, {"num_kernels", s.num_kernels}});
   }
   j["unmatched"] = nlohmann::json::array();
   for (const Unmatched& u : m.unmatched) {
@@ -261,7 +261,16 @@ std::string run_validate_from_trace(const TraceCommand& c) {
          fmt("%.4f s", unmatched_s) + " + GPU idle " + fmt("%.4f s", std::max(0.0, meas_step - meas_busy)) + "\n";
   if (meas_step > 0 && meas_busy < 0.9 * meas_step) {
     out += "                 the GPU idles " + fmt("%.0f%%", 100 * (1 - meas_busy / meas_step)) +
-           " of the measured step (host-bound launches?), which the simulator does not model\n";
+           " of the measured step (host-bound launches?)\n";
+  }
+  // The host's pace: the step's launches over the program's ops, what scenario host.op_issue
+  // states (docs/modelling.md, "The host issuing ops").
+  double launch_span = 0;
+  for (const StepMeasure& s : t.steps) launch_span += s.launch_span_s / std::max(1.0, t.num_steps());
+  if (p.ops.size() > 1) {
+    out += "  host           launches span " + fmt("%.4f s", launch_span) + " per step: " +
+           fmt("%.0f us", launch_span / static_cast<double>(p.ops.size() - 1) * 1e6) + " per op of the scenario's " +
+           std::to_string(p.ops.size()) + " (host.op_issue " + fmt("%.0f us", m.graph.host_op_issue_s * 1e6) + ")\n";
   }
   if (has_memory) {
     out += "  peak memory    allocated " + fmt("%.3f GB", t.peak_allocated_bytes / 1e9) + " (reserved " +

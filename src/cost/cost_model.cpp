@@ -73,6 +73,7 @@ std::pair<CostModel::Curve, double> CostModel::curve_of(const Op& op, double row
     case OpKind::optimizer:
     case OpKind::host_optimizer:
     case OpKind::grad_accumulate:
+    case OpKind::dp_copy:
     case OpKind::swap_out:
     case OpKind::swap_in:
     case OpKind::all_gather:
@@ -326,6 +327,7 @@ CollectiveCost CostModel::collective(OpKind kind, double bytes, const GroupPlace
     case OpKind::optimizer:
     case OpKind::host_optimizer:
     case OpKind::grad_accumulate:
+    case OpKind::dp_copy:
     case OpKind::swap_out:
     case OpKind::swap_in: return c;
   }

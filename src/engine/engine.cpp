@@ -90,8 +90,9 @@ struct Engine::Impl {
   // first use and kept for every slot and sampled step (NaN: not yet). Only MoE ops scaled by a
   // routing draw ask the cost model again.
   std::vector<std::vector<double>> nominal_kernel_s;
+  Picoseconds host_issue = 0;  // the host's time to issue one op (make_ready)
 
-  Impl(const StepGraph& graph, const CostModel& c) : g(graph), cost(c) {
+  Impl(const StepGraph& graph, const CostModel& c) : g(graph), cost(c), host_issue(to_ps(graph.host_op_issue_s)) {
     for (const Program& p : g.programs) {
       index.emplace_back(p);
       nominal_kernel_s.emplace_back(p.ops.size(), std::numeric_limits<double>::quiet_NaN());
@@ -338,9 +339,21 @@ struct Engine::Impl {
     const ProgramIndex& ix = index[static_cast<size_t>(p.stage)];
     for (uint32_t k = ix.succ_begin[op_index]; k < ix.succ_begin[op_index + 1]; ++k) {
       const uint32_t s = ix.succ[k];
-      if (--rem[s] == 0) start_op(slot, s, t);
+      if (--rem[s] == 0) make_ready(slot, s, t);
     }
     slot_end[static_cast<size_t>(slot)] = std::max(slot_end[static_cast<size_t>(slot)], t);
+  }
+
+  // The host issues a rank's ops in program order, one every host_issue (StepGraph::host_op_issue_s),
+  // and never waits for the GPU: op i is issued at i x host_issue, and an op whose dependencies
+  // are done starts then at the earliest. 0: the host is always ahead.
+  void make_ready(int32_t slot, uint32_t op_index, Picoseconds t) {
+    const Picoseconds issued = host_issue * static_cast<Picoseconds>(op_index);
+    if (issued > t) {
+      schedule(issued, EventKind::op_issued, slot, op_index);
+      return;
+    }
+    start_op(slot, op_index, t);
   }
 
   void start_op(int32_t slot, uint32_t op_index, Picoseconds t) {
@@ -572,6 +585,7 @@ struct Engine::Impl {
     r.ended = &ended;
     r.state = &state;
     r.slot_end = &slot_end;
+    r.host_issue = host_issue;
     r.group_slots = [this](int32_t slot, GroupKind kind) {
       std::vector<int32_t> out;
       for_each_group_slot(slot, kind, [&](int32_t s) { out.push_back(s); });
@@ -656,7 +670,7 @@ struct Engine::Impl {
     for (int32_t s = 0; s < num_slots; ++s) {
       const auto& rem = remaining[static_cast<size_t>(s)];
       for (uint32_t i = 0; i < rem.size(); ++i) {
-        if (rem[i] == 0) start_op(s, i, 0);
+        if (rem[i] == 0) make_ready(s, i, 0);
       }
     }
     while (!events.empty()) {
@@ -670,6 +684,7 @@ struct Engine::Impl {
       switch (e.kind) {
         case EventKind::op_done: finish_op(e.rank, e.id, e.time); break;
         case EventKind::transfer_start: activate(e.id, e.time); break;
+        case EventKind::op_issued: start_op(e.rank, e.id, e.time); break;
         case EventKind::flow_done: {
           Flow& f = flows[e.id];
           if (!f.active || e.version != f.version) break;  // rescheduled since

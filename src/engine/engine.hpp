@@ -17,7 +17,9 @@
 //     communication on one queue per process-group kind (one NCCL communicator and stream
 //     each), and pipeline sends/receives on a queue per direction; so an FSDP all-gather, an EP
 //     all-to-all and a swap copy overlap one another;
-//   - an op starts when the op before it on its queue and its explicit dependencies are done;
+//   - an op starts when the op before it on its queue and its explicit dependencies are done, and
+//     not before the host issued it: the host issues a rank's ops in program order, one every
+//     StepGraph::host_op_issue_s (scenario host.op_issue), without waiting for the GPU;
 //   - a collective starts when every member of its group has reached it (rendezvous.hpp), a send
 //     when its receive is posted and vice versa;
 //   - after its latency, a transfer is a flow over shared resources of capacity 1 (max_min.hpp):
@@ -101,7 +103,8 @@ struct StepResult {
   // moment of the step by what held it (see Engine::Impl::exposed): a collective's kind
   // ("all_gather", ...; both while it waits for one and while one runs on the compute stream),
   // "pipeline_bubble" (waiting for a pipeline send/receive), "swap" (waiting for a copy from
-  // host memory). compute_stream_busy + the sum of `exposed` = step_time.
+  // host memory), "data_parallel" (FSDP2's copies on its communication streams), "host" (waiting
+  // for the host to issue the op). compute_stream_busy + the sum of `exposed` = step_time.
   Picoseconds compute_stream_busy = 0;
   std::vector<std::pair<std::string, Picoseconds>> exposed;
   // The slowest rank's ops with the most time, by op name (summed over micro-batches): where the

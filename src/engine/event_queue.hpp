@@ -13,7 +13,7 @@
 
 namespace moesim {
 
-enum class EventKind : uint8_t { op_done, transfer_start, flow_done };
+enum class EventKind : uint8_t { op_done, transfer_start, flow_done, op_issued };
 
 struct Event {
   Picoseconds time;

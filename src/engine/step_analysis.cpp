@@ -108,6 +108,8 @@ std::pair<Picoseconds, TimeByName> exposed_time(const RunRecord& run, int32_t sl
     if (is_p2p(op.kind)) return "pipeline_bubble";
     if (is_communication(op.kind)) return std::string(enum_name(op.kind));
     if (op.stream == Stream::copy || op.kind == OpKind::swap_in || op.kind == OpKind::swap_out) return "swap";
+    // FSDP2's copies on its all-gather and reduce-scatter streams (dp_copies.hpp).
+    if (op.kind == OpKind::dp_copy || op.kind == OpKind::grad_accumulate) return "data_parallel";
     return "other";
   };
   Picoseconds cursor = 0;
@@ -119,7 +121,13 @@ std::pair<Picoseconds, TimeByName> exposed_time(const RunRecord& run, int32_t sl
       for (uint32_t d : p.deps_of(op)) {
         if (blocker < 0 || en[d] > en[static_cast<size_t>(blocker)]) blocker = d;
       }
-      by_cause[blocker < 0 ? "other" : cause_of(p.ops[static_cast<size_t>(blocker)])] += st[i] - cursor;
+      // An op the host issued after its dependencies were done started at its issue.
+      const Picoseconds issued = run.host_issue * static_cast<Picoseconds>(i);
+      const Picoseconds done = std::max(cursor, blocker < 0 ? cursor : en[static_cast<size_t>(blocker)]);
+      const Picoseconds host_wait = run.host_issue > 0 && st[i] == issued && issued > done ? issued - done : 0;
+      const Picoseconds waited = st[i] - cursor - host_wait;
+      if (waited > 0) by_cause[blocker < 0 ? "other" : cause_of(p.ops[static_cast<size_t>(blocker)])] += waited;
+      if (host_wait > 0) by_cause["host"] += host_wait;
     }
     if (is_communication(op.kind)) {
       by_cause[cause_of(op)] += en[i] - st[i];

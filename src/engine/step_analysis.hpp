@@ -30,6 +30,7 @@ struct RunRecord {
   const std::vector<std::vector<Picoseconds>>* ended = nullptr;
   const std::vector<std::vector<OpState>>* state = nullptr;
   const std::vector<Picoseconds>* slot_end = nullptr;  // when each slot's last op ended
+  Picoseconds host_issue = 0;  // the host's time per op (StepGraph::host_op_issue_s); op i is issued at i x this
   // The slots standing for `slot`'s group of `kind` (its members, or their classes).
   std::function<std::vector<int32_t>(int32_t slot, GroupKind kind)> group_slots;
 };
@@ -47,7 +48,9 @@ std::pair<TimeByName, int64_t> critical_path(const RunRecord& run, int32_t slot,
 
 // What held the compute stream of `slot` whenever it was not running a compute kernel: before
 // each op of the compute queue, the gap since the previous one is charged to the dependency that
-// ended last (the one it waited for); a collective running on the compute queue itself (no
+// ended last (the one it waited for: a collective's kind, "pipeline_bubble", "swap",
+// "data_parallel" for FSDP2's copies on its streams), and what remains of it after that to "host" when the op
+// waited for the host to issue it; a collective running on the compute queue itself (no
 // comm/compute overlap) is charged to its kind; the tail after the last compute-queue op to the
 // op that ended the step. Returns the time computing and the rest by cause; they add up to the
 // slot's end.

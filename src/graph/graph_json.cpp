@@ -776,6 +776,10 @@ std::string export_graph_json(const StepGraph& g) {
   w.number(g.seq_len);
   w.raw(",\n  \"allocator_fragmentation\": ");
   w.number(g.allocator_fragmentation, "allocator_fragmentation");
+  if (g.host_op_issue_s > 0) {  // written only when not the default
+    w.raw(",\n  \"host_op_issue_s\": ");
+    w.number(g.host_op_issue_s, "host_op_issue_s");
+  }
   if (g.expert_dispatch != ExpertDispatch::direct) {  // written only when not the default
     w.raw(",\n  \"expert_dispatch\": ");
     w.string(enum_name(g.expert_dispatch));
@@ -826,6 +830,7 @@ StepGraph import_graph_json(const std::string& text, const std::string& file) {
   if (const json* j = o.find("allocator_fragmentation")) {
     g.allocator_fragmentation = r.amount(*j, top.at("allocator_fragmentation"), 1);  // as the scenario's field
   }
+  if (const json* j = o.find("host_op_issue_s")) g.host_op_issue_s = r.amount(*j, top.at("host_op_issue_s"), limits::kMaxLatency);
   if (const json* j = o.find("expert_dispatch")) g.expert_dispatch = r.name<ExpertDispatch>(*j, top.at("expert_dispatch"));
   read_routing(r, o.need("routing"), top.at("routing"), mesh, g);
 
@@ -856,7 +861,7 @@ StepGraph import_graph_json(const std::string& text, const std::string& file) {
     }
   }
   o.finish({"format", "version", "scenario", "mesh", "num_micro_batches", "tokens_per_micro_batch", "tokens_per_step",
-            "seq_len", "allocator_fragmentation", "expert_dispatch", "routing", "programs"});
+            "seq_len", "allocator_fragmentation", "host_op_issue_s", "expert_dispatch", "routing", "programs"});
   return g;
 }
 

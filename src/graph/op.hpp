@@ -52,7 +52,8 @@ enum class OpKind : uint8_t {
   cross_entropy,
   cce_loss,            // cut cross-entropy: logits never materialised
   optimizer,
-  grad_accumulate,
+  grad_accumulate,     // a data-parallel wrapper's gradient accumulation (dp_copies.hpp)
+  dp_copy,             // a data-parallel wrapper's copy or cast around its collectives (dp_copies.hpp)
   // host copies (copy stream)
   swap_out,
   swap_in,
@@ -66,7 +67,7 @@ enum class OpKind : uint8_t {
   // host CPU work (parallel.fsdp.offload): runs on the compute queue, which waits for it
   host_optimizer,
 };
-inline constexpr int kNumOpKinds = 37;
+inline constexpr int kNumOpKinds = 38;
 
 enum class Phase : uint8_t { fwd, bwd, recompute, optimizer };
 // Which of a routed op's rows it processes: all of them, or under local-first dispatch
@@ -122,6 +123,7 @@ constexpr bool counts_as_model_flops(OpKind k) {
     case OpKind::cross_entropy:
     case OpKind::optimizer:
     case OpKind::grad_accumulate:
+    case OpKind::dp_copy:
     case OpKind::swap_out:
     case OpKind::swap_in:
     case OpKind::all_gather:
@@ -250,6 +252,7 @@ struct EnumNames<OpKind> {
       {"cce_loss", OpKind::cce_loss},
       {"optimizer", OpKind::optimizer},
       {"grad_accumulate", OpKind::grad_accumulate},
+      {"dp_copy", OpKind::dp_copy},
       {"swap_out", OpKind::swap_out},
       {"swap_in", OpKind::swap_in},
       {"all_gather", OpKind::all_gather},

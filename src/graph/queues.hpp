@@ -44,9 +44,11 @@ constexpr int queue_of(const Op& op) {
   if (op.stream == Stream::copy) return kCopyQueue;
   // Collectives, and the host copies CPU offload pairs with them (FSDP2 copies a parameter shard to
   // the device on its all-gather stream and a gradient shard to the host on its reduce-scatter
-  // stream), run on their group's queue.
+  // stream), run on their group's queue; so do the data-parallel wrapper's copies that FSDP2 runs
+  // on those streams (the all-gather copy-in, the update of the reduced shard: dp_copies.hpp).
   const bool host_copy = op.kind == OpKind::swap_in || op.kind == OpKind::swap_out;
-  if (op.stream == Stream::comm && (is_communication(op.kind) || host_copy)) return 2 + static_cast<int>(op.group);
+  const bool dp_copy = op.kind == OpKind::dp_copy || op.kind == OpKind::grad_accumulate;
+  if (op.stream == Stream::comm && (is_communication(op.kind) || host_copy || dp_copy)) return 2 + static_cast<int>(op.group);
   return kComputeQueue;
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <deque>
 #include <map>
 #include <numeric>
@@ -13,6 +14,7 @@
 #include <stdexcept>
 
 #include "core/error.hpp"
+#include "graph/dp_copies.hpp"
 #include "graph/layer_ops.hpp"
 #include "graph/pipeline_schedule.hpp"
 #include "graph/loss_ops.hpp"
@@ -371,8 +373,39 @@ class StepBuilder {
     return out;
   }
 
-  // FSDP2 all-gathers of a unit; returns the ops and the gathered buffers they fill.
-  // `allocate`: into a transient buffer (FSDP2), else into the resident full copy (ZeRO 1-2).
+  // The formats FSDP2's copies read and write (dp_copies.hpp).
+  DpFormats formats() const {
+    const auto& prec = spec_.training.precision;
+    return DpFormats{prec.params, prec.master_params, prec.grad_reduce, prec.grads};
+  }
+
+  // One of FSDP2's copies (dp_copies.hpp): on the compute queue, or with a group on that group's
+  // queue (FSDP2's all-gather and reduce-scatter streams). Its tensors are the bytes it writes,
+  // in 2-byte elements, so that the executor runs a copy of that size.
+  uint32_t dp_copy(ProgramWriter& w, OpKind kind, int64_t layer, int32_t micro, Phase phase, const CopyBytes& bytes,
+                   std::optional<GroupKind> group, const std::string& name) {
+    Op op;
+    op.kind = kind;
+    op.phase = phase;
+    op.stream = group ? comm_stream() : Stream::compute;
+    if (group) op.group = *group;
+    op.layer = static_cast<int32_t>(layer);
+    op.micro = micro;
+    op.bytes_read = bytes.read;
+    op.bytes_written = bytes.written;
+    TensorDesc t;
+    t.shape[0] = std::max<int64_t>(1, static_cast<int64_t>(std::llround(bytes.written / 2.0)));
+    const std::array<TensorDesc, 1> one{t};
+    return w.add(op, name, one, one);
+  }
+
+  // FSDP2 all-gathers of a unit; returns the ops the unit's first op waits for and the gathered
+  // buffers they fill. `allocate`: into a transient buffer (FSDP2), else into the resident full
+  // copy (ZeRO 1-2). FSDP2 also copies around each all-gather (dp_copies.hpp): the cast and
+  // copy-in on the all-gather's queue before it, the copy-out on the compute queue after it, where
+  // the unit's pre-forward (or pre-backward) hook waits for the gather; over a group of one rank
+  // there is no all-gather, and the cast and copy fill the unsharded parameters on the compute
+  // queue.
   void gather(ProgramWriter& w, int64_t layer, int32_t micro, Phase phase, std::vector<uint32_t>& ops,
               std::vector<uint32_t>& buffers, int64_t after, bool allocate) {
     const Unit& u = units_.at(layer);
@@ -385,16 +418,27 @@ class StepBuilder {
       // parameter to the device, then casts it in the all-gather's copy-in), prefetched with the
       // gather; the gather frees it. Unsharded, the copy is the unit's weights.
       const bool from_host = offload_ == OffloadKind::parameters && allocate;
-      if (params <= 0 || (shards == 1 && !from_host)) return;
+      if (params <= 0) return;
+      const GatherCopies copies = allocate ? fsdp2_gather_copies(DpPart{params, trainable, shards}, formats()) : GatherCopies{};
+      const std::string prefix = unit_name(layer) + ".";
+      if (shards == 1 && !from_host) {
+        if (copies.copy_in.empty()) return;
+        const uint32_t c = dp_copy(w, OpKind::dp_copy, layer, micro, phase, copies.copy_in, std::nullopt,
+                                   prefix + "fsdp_copy_in." + what);
+        const uint32_t b = w.buffer(params * bytes, MemCategory::gathered_params, prefix + "gathered." + what);
+        w.effect(c, b, MemAction::alloc);
+        ops.push_back(c);
+        buffers.push_back(b);
+        return;
+      }
       int64_t h2d = -1;
       uint32_t shard = 0;
       if (from_host) {
         const auto n = static_cast<double>(shards);
         const double shard_bytes =
             (params - trainable) / n * dtype_bytes(prec.params) + trainable / n * dtype_bytes(prec.master_params);
-        h2d = host_copy(w, OpKind::swap_in, layer, micro, phase, shard_bytes, unit_name(layer) + ".offload_h2d." + what,
-                        group);
-        shard = w.buffer(shard_bytes, MemCategory::gathered_params, unit_name(layer) + ".offload_shard." + what);
+        h2d = host_copy(w, OpKind::swap_in, layer, micro, phase, shard_bytes, prefix + "offload_h2d." + what, group);
+        shard = w.buffer(shard_bytes, MemCategory::gathered_params, prefix + "offload_shard." + what);
         w.effect(static_cast<uint32_t>(h2d), shard, MemAction::alloc);
         if (after >= 0) w.order_after(static_cast<uint32_t>(h2d), static_cast<uint32_t>(after));
         if (shards == 1) {
@@ -402,6 +446,12 @@ class StepBuilder {
           buffers.push_back(shard);
           return;
         }
+      }
+      int64_t copy_in = -1;
+      if (!copies.copy_in.empty()) {
+        copy_in = dp_copy(w, OpKind::dp_copy, layer, micro, phase, copies.copy_in, group, prefix + "fsdp_copy_in." + what);
+        if (after >= 0) w.order_after(static_cast<uint32_t>(copy_in), static_cast<uint32_t>(after));
+        if (h2d >= 0) w.order_after(static_cast<uint32_t>(copy_in), static_cast<uint32_t>(h2d));
       }
       Op op;
       op.kind = OpKind::all_gather;
@@ -411,14 +461,34 @@ class StepBuilder {
       op.layer = static_cast<int32_t>(layer);
       op.micro = micro;
       op.comm_bytes = params * bytes;
-      const uint32_t i = w.add(op, unit_name(layer) + ".fsdp_all_gather." + what);
+      const uint32_t i = w.add(op, prefix + "fsdp_all_gather." + what);
       if (after >= 0) w.order_after(i, static_cast<uint32_t>(after));
       if (h2d >= 0) w.order_after(i, static_cast<uint32_t>(h2d));
-      ops.push_back(i);
-      if (!allocate) return;
-      const uint32_t b = w.buffer(params * bytes, MemCategory::gathered_params, unit_name(layer) + ".gathered." + what);
-      w.effect(i, b, MemAction::alloc);
+      if (copy_in >= 0) w.order_after(i, static_cast<uint32_t>(copy_in));
+      if (!allocate) {
+        ops.push_back(i);
+        return;
+      }
+      if (copies.copy_out.empty()) {
+        const uint32_t b = w.buffer(params * bytes, MemCategory::gathered_params, prefix + "gathered." + what);
+        w.effect(i, b, MemAction::alloc);
+        if (h2d >= 0) w.effect(i, shard, MemAction::free);
+        ops.push_back(i);
+        buffers.push_back(b);
+        return;
+      }
+      // The all-gather writes one flat buffer; the copy-out splits it into the parameters and
+      // frees it (FSDP2 frees the all-gather output once copied out).
+      const uint32_t flat = w.buffer(params * bytes, MemCategory::gathered_params, prefix + "all_gather_output." + what);
+      w.effect(i, flat, MemAction::alloc);
       if (h2d >= 0) w.effect(i, shard, MemAction::free);
+      const uint32_t c = dp_copy(w, OpKind::dp_copy, layer, micro, phase, copies.copy_out, std::nullopt,
+                                 prefix + "fsdp_copy_out." + what);
+      w.order_after(c, i);
+      const uint32_t b = w.buffer(params * bytes, MemCategory::gathered_params, prefix + "gathered." + what);
+      w.effect(c, b, MemAction::alloc);
+      w.effect(c, flat, MemAction::free);
+      ops.push_back(c);
       buffers.push_back(b);
     };
     one(GroupKind::fsdp, u.params, u.trainable, "params");
@@ -476,6 +546,25 @@ class StepBuilder {
     return out;
   }
 
+  // How micro-batch `micro`'s backward treats a unit's gradients (dp_copies.hpp).
+  GradStep grad_step(int64_t micro, bool reduces) const {
+    return GradStep{reduces, first_micro(micro), reduces && !sync_every_micro_ && !first_micro(micro)};
+  }
+
+  // A micro-batch that does not reduce (gradient_sync last_micro_batch): FSDP2 accumulates its
+  // unsharded gradients after the unit's backward (dp_copies.hpp).
+  void accumulate_unsynced(ProgramWriter& w, int64_t layer, int32_t micro, uint32_t after) {
+    if (zero_stage_ < 3) return;
+    for (const Part& part : parts(units_.at(layer))) {
+      const ReduceCopies c = fsdp2_reduce_copies(DpPart{part.params, part.trainable, plan_.group_size(part.shard_group)},
+                                                 formats(), grad_step(micro, false));
+      if (c.unsharded_accumulate.empty()) continue;
+      const uint32_t op = dp_copy(w, OpKind::grad_accumulate, layer, micro, Phase::bwd, c.unsharded_accumulate,
+                                  std::nullopt, unit_name(layer) + ".fsdp_accumulate_unsharded." + part.name);
+      w.order_after(op, after);
+    }
+  }
+
   // Gradient reduction of a unit after its backward: per part, reduce-scatter over its shard
   // group, then all-reduce over replicate groups (HSDP), or all-reduce alone (DDP). The parts run
   // on the queues of their groups, each after the backward. Returns each part's last op.
@@ -513,18 +602,40 @@ class StepBuilder {
       return c;
     };
     for (const Part& part : parts(units_.at(layer))) {
+      const int64_t shards = plan_.group_size(part.shard_group);
+      const std::string prefix = unit_name(layer) + ".";
+      // FSDP2's copies around the reduction (dp_copies.hpp): the accumulation of earlier
+      // micro-batches' gradients and the reduce-scatter's copy-in on the compute queue before it.
+      const ReduceCopies copies = zero_stage_ >= 3 ? fsdp2_reduce_copies(DpPart{part.params, part.trainable, shards},
+                                                                         formats(), grad_step(micro, true))
+                                                   : ReduceCopies{};
+      uint32_t ready = after;
+      auto chain = [&](OpKind kind, const CopyBytes& b, const char* what) {
+        if (b.empty()) return;
+        const uint32_t c = dp_copy(w, kind, layer, micro, Phase::bwd, b, std::nullopt, prefix + what + "." + part.name);
+        w.order_after(c, ready);
+        ready = c;
+      };
+      chain(OpKind::grad_accumulate, copies.unsharded_accumulate, "fsdp_accumulate_unsharded");
+      chain(OpKind::dp_copy, copies.copy_in, "fsdp_reduce_copy_in");
       if (!needs_reduction(part)) {
         // Nothing to reduce: the gradients accumulate in HBM and go to the host once complete.
-        if (offload && part.trainable > 0 && last_micro(micro)) lasts.push_back(to_host(part, part.trainable, after, -1));
+        // FSDP2 over one rank copies the input to the output and updates the shard itself.
+        chain(OpKind::dp_copy, copies.single_rank_copy, "fsdp_reduce_copy");
+        chain(OpKind::grad_accumulate, copies.sharded_update, "fsdp_accumulate_shard");
+        if (offload && part.trainable > 0 && last_micro(micro)) {
+          lasts.push_back(to_host(part, part.trainable, ready, -1));
+        } else if (ready != after) {
+          lasts.push_back(ready);
+        }
         continue;
       }
-      const int64_t shards = plan_.group_size(part.shard_group);
       const bool frees = has_unsharded_buffer(part);
       uint32_t last = 0;
       int64_t shard_buffer = -1;
       if (shards > 1 && zero_stage_ >= 1) {
         last = one(OpKind::reduce_scatter, part.shard_group, part.trainable, std::string("fsdp_reduce_scatter.") + part.name,
-                   after, frees);
+                   ready, frees);
         if (grads_on_host(part)) {
           shard_buffer = w.buffer(part.trainable / static_cast<double>(shards) * bytes, MemCategory::gradient,
                                   unit_name(layer) + ".offload_grad_shard." + part.name);
@@ -535,8 +646,10 @@ class StepBuilder {
                      std::string("hsdp_all_reduce.") + part.name, last, false);
         }
       } else {
-        // DDP: all-reduce over the shard group, then across replicas.
-        last = after;
+        // DDP: all-reduce over the shard group, then across replicas (FSDP2 over a shard group of
+        // one rank: its copy in place of the reduce-scatter, then the all-reduce).
+        chain(OpKind::dp_copy, copies.single_rank_copy, "fsdp_reduce_copy");
+        last = ready;
         if (shards > 1) {
           last = one(OpKind::all_reduce, part.shard_group, part.trainable, std::string("ddp_all_reduce.") + part.name, last,
                      false);
@@ -545,6 +658,16 @@ class StepBuilder {
           last = one(OpKind::all_reduce, GroupKind::replicate, part.trainable,
                      std::string(shards > 1 ? "hsdp_all_reduce." : "ddp_all_reduce.") + part.name, last, false);
         }
+      }
+      if (!copies.sharded_update.empty()) {
+        // On the reduction's stream, after it (FSDP2's post-reduce work).
+        const Op& reduction = w.program().ops[last];
+        const std::optional<GroupKind> queue =
+            is_collective(reduction.kind) ? std::optional<GroupKind>(reduction.group) : std::nullopt;
+        const uint32_t c = dp_copy(w, OpKind::grad_accumulate, layer, micro, Phase::bwd, copies.sharded_update, queue,
+                                   prefix + "fsdp_accumulate_shard." + part.name);
+        w.order_after(c, last);
+        last = c;
       }
       if (offload) {
         const bool scattered = shards > 1 && zero_stage_ >= 1;
@@ -759,6 +882,8 @@ class StepBuilder {
       if (syncs(micro)) {
         std::vector<uint32_t> reduced = reduce(w, layer, static_cast<int32_t>(micro), r.last_op, grads);
         if (!reduced.empty()) last_reduce_[layer] = std::move(reduced);
+      } else {
+        accumulate_unsynced(w, layer, static_cast<int32_t>(micro), r.last_op);
       }
       if (dualpipe_ && last_micro(micro)) mirror_gradients(w, layer);
     }
@@ -779,6 +904,8 @@ class StepBuilder {
       if (syncs(chunk.micro)) {
         std::vector<uint32_t> reduced = reduce(w, u.layer, static_cast<int32_t>(chunk.micro), after, u.grads);
         if (!reduced.empty()) last_reduce_[u.layer] = std::move(reduced);
+      } else {
+        accumulate_unsynced(w, u.layer, static_cast<int32_t>(chunk.micro), after);
       }
       if (dualpipe_ && last_micro(chunk.micro)) mirror_gradients(w, u.layer);
     }
@@ -915,6 +1042,7 @@ StepGraph build_step_graph(const Scenario& s) {
   g.tokens_per_step = s.spec.batch.global_batch_size * s.spec.batch.sequence_length;
   g.seq_len = s.spec.batch.sequence_length;
   g.allocator_fragmentation = s.spec.memory.allocator_fragmentation;
+  g.host_op_issue_s = s.spec.host.op_issue.value;
   g.expert_dispatch = s.spec.parallel.ep_dispatch;
   // The software stack's share: the runtime, and one set of collective-library buffers per
   // communicator a program uses (group kinds with more than one member that it communicates

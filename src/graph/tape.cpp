@@ -57,6 +57,7 @@ OpKind backward_kind_of_communication(OpKind forward) {
     case OpKind::optimizer:
     case OpKind::host_optimizer:
     case OpKind::grad_accumulate:
+    case OpKind::dp_copy:
     case OpKind::swap_out:
     case OpKind::swap_in: return forward;
   }

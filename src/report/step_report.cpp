@@ -47,8 +47,9 @@ std::string category(OpKind k) {
     case OpKind::cross_entropy:
     case OpKind::cce_loss: return "loss";
     case OpKind::optimizer:
-    case OpKind::host_optimizer:
-    case OpKind::grad_accumulate: return "optimizer";
+    case OpKind::host_optimizer: return "optimizer";
+    case OpKind::grad_accumulate:
+    case OpKind::dp_copy: return "data_parallel";
     case OpKind::permute:
     case OpKind::unpermute: return "permute";
     case OpKind::embedding:

@@ -270,6 +270,15 @@ void declare_fields(F& f, MemoryOverheadSpec& s) {
 }
 
 template <class F>
+void declare_fields(F& f, HostSpec& s) {
+  f.optional("op_issue", s.op_issue, Seconds{0},
+             "Host time to issue one op of the step graph (Python, framework dispatch, kernel launch): the host "
+             "issues a rank's ops in order without waiting for the GPU, and an op starts no earlier than its issue; "
+             "0 never delays an op (docs/modelling.md lists values measured for eager PyTorch).",
+             non_negative(limits::kMaxLatency));
+}
+
+template <class F>
 void declare_fields(F& f, StragglerSpec& s) {
   f.required("ranks", s.ranks, "Ranks (0-based) that run slow.");
   f.required("slowdown", s.slowdown, "Factor on their kernel times: 1.2 is 20% slower.", at_least(1.0, limits::kMaxSlowdown));
@@ -303,6 +312,7 @@ void declare_fields(F& f, ScenarioSpec& s) {
   f.optional("overlap", s.overlap, OverlapSpec{}, "Communication/compute overlap.");
   f.optional("fused_ops", s.fused_ops, FusedOpsSpec{}, "Fused-kernel switches.");
   f.optional("memory", s.memory, MemoryOverheadSpec{}, "Memory the software stack holds besides tensors.");
+  f.optional("host", s.host, HostSpec{}, "The host side of the training loop: how fast it issues ops.");
   f.optional("stragglers", s.stragglers, std::vector<StragglerSpec>{},
              "Slow devices; every collective they join waits for them.");
   f.optional("sweep", s.sweep, SweepSpec{}, "Sweep axes (used by `moesim sweep`).");

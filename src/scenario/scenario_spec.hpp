@@ -257,6 +257,12 @@ struct MemoryOverheadSpec {
   double allocator_fragmentation = 0;      // what an allocator loses beyond best-fit placement, as a fraction of the slab
 };
 
+// The host (CPU) side of the training loop: Python, the framework's dispatch and the kernel
+// launches. The engine lets an op start no earlier than the host issued it (engine.hpp).
+struct HostSpec {
+  Seconds op_issue{0};  // host time per op of the graph; 0: the host is always ahead of the GPU
+};
+
 struct FusedOpsSpec {
   bool flash_attention = true;  // false: scores and probabilities materialised (pre-FlashAttention)
   bool dsa = false;           // LI / SFA / SFAG fused kernels
@@ -298,6 +304,7 @@ struct ScenarioSpec {
   OverlapSpec overlap;
   FusedOpsSpec fused_ops;
   MemoryOverheadSpec memory;
+  HostSpec host;
   std::vector<StragglerSpec> stragglers;
   SweepSpec sweep;
 };

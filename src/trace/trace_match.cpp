@@ -2,6 +2,7 @@
 #include "trace/trace_match.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -100,8 +101,9 @@ std::string_view op_family(OpKind kind) {
     case OpKind::kda_gate_cumsum:
     case OpKind::topk:
     case OpKind::kv_gather:
-    case OpKind::attention_residual:
-    case OpKind::grad_accumulate: return "elementwise";
+    case OpKind::attention_residual: return "elementwise";
+    case OpKind::grad_accumulate:
+    case OpKind::dp_copy: return "data_parallel";
     case OpKind::router:
     case OpKind::permute:
     case OpKind::unpermute: return "moe_routing";
@@ -256,7 +258,12 @@ TraceMatch match_trace(const KinetoTrace& t, const StepGraph& g) {
   };
   double optimizer_seconds = 0;
   int64_t optimizer_kernels = 0;
+  // FSDP2's hooks, by side: 0 the parameters' (unshard), 1 the gradients' (post-backward).
+  std::array<double, 2> dp_seconds{};
+  std::array<int64_t, 2> dp_kernels{};
+  std::array<std::map<std::string, int64_t>, 2> dp_ranges;  // folded range name -> kernels, for the report
   std::vector<std::vector<std::pair<double, double>>> intervals(windows.size());
+  std::vector<std::pair<double, double>> launch_span(windows.size(), {0, -1});  // (first, last) launch
   std::vector<std::vector<uint32_t>> comm_kernels(windows.size());
   bool size_warned = false;
   int64_t outside_steps = 0;
@@ -271,6 +278,13 @@ TraceMatch match_trace(const KinetoTrace& t, const StepGraph& g) {
       continue;
     }
     ++m.num_kernels;
+    if (launched) {
+      const double ts = t.launches[found->second.first].ts_us;
+      auto& [first, last] = launch_span[static_cast<size_t>(w)];
+      if (last < first) first = last = ts;
+      first = std::min(first, ts);
+      last = std::max(last, ts);
+    }
     const double dur = k.dur_us * kUs;
     m.kernel_seconds += dur;
     intervals[static_cast<size_t>(w)].emplace_back(k.ts_us, k.end_us());
@@ -301,6 +315,13 @@ TraceMatch match_trace(const KinetoTrace& t, const StepGraph& g) {
         optimizer_seconds += dur;
         ++optimizer_kernels;
         break;
+      case RangeMeaning::data_parallel: {
+        const size_t side = range.starts_with("FSDP::post_backward") ? 1 : 0;
+        dp_seconds[side] += dur;
+        ++dp_kernels[side];
+        ++dp_ranges[side][fold_framework(range)];
+        break;
+      }
       case RangeMeaning::framework: unmatched_add("framework " + fold_framework(range), c, dur); break;
       case RangeMeaning::step: unmatched_add("in no range but the profiler step", c, dur); break;
       case RangeMeaning::unknown:
@@ -387,6 +408,45 @@ TraceMatch match_trace(const KinetoTrace& t, const StepGraph& g) {
     u.classes["other"] += optimizer_kernels;
   }
 
+  // FSDP2's hooks, shared over the program's copies of their side (dp_copies.hpp) by the bytes
+  // each moves: a hook runs several kernels for several ops (a cast and a copy per parameter, the
+  // reduce-scatter's copy-in and the accumulation), not one range per op.
+  auto dp_side = [](const std::string& name, OpKind kind) -> int {
+    if (kind != OpKind::dp_copy && kind != OpKind::grad_accumulate) return -1;
+    return name.find(".fsdp_copy_") != std::string::npos ? 0 : 1;
+  };
+  for (size_t side = 0; side < 2; ++side) {
+    if (dp_kernels[side] == 0) continue;
+    double total = 0;
+    for (const auto& [name, o] : m.ops) {
+      if (dp_side(name, o.kind) != static_cast<int>(side)) continue;
+      for (uint32_t i : by_name.at(name)) total += p.ops[i].bytes_read + p.ops[i].bytes_written;
+    }
+    if (total <= 0) {
+      for (const auto& [range, kernels] : dp_ranges[side]) {
+        UnmatchedAcc& u = unmatched["framework " + range + " (the scenario has no FSDP2 copy)"];
+        u.num_kernels += kernels;
+        u.classes["copy"] += kernels;
+      }
+      // Their time, shared over the lines by kernels (the report's unit is the line).
+      for (const auto& [range, kernels] : dp_ranges[side]) {
+        unmatched["framework " + range + " (the scenario has no FSDP2 copy)"].seconds +=
+            dp_seconds[side] * static_cast<double>(kernels) / static_cast<double>(dp_kernels[side]);
+      }
+      continue;
+    }
+    for (auto& [name, o] : m.ops) {
+      if (dp_side(name, o.kind) != static_cast<int>(side)) continue;
+      double bytes = 0;
+      for (uint32_t i : by_name.at(name)) bytes += p.ops[i].bytes_read + p.ops[i].bytes_written;
+      o.seconds += dp_seconds[side] * bytes / total;
+      o.num_kernels += dp_kernels[side];
+      o.ranges_per_step = static_cast<double>(o.num_ops) * static_cast<double>(windows.size());
+    }
+    m.matched_seconds += dp_seconds[side];
+    m.num_matched_kernels += dp_kernels[side];
+  }
+
   // Ranges per step of each op name.
   for (const TraceRange& r : t.ranges) {
     auto op = m.ops.find(t.name_of(r));
@@ -399,6 +459,7 @@ TraceMatch match_trace(const KinetoTrace& t, const StepGraph& g) {
     StepMeasure s;
     s.name = windows[w].name;
     s.host_s = windows[w].host * kUs;
+    s.launch_span_s = std::max(0.0, launch_span[w].second - launch_span[w].first) * kUs;
     auto& iv = intervals[w];
     s.num_kernels = static_cast<int64_t>(iv.size());
     if (!iv.empty()) {

@@ -45,6 +45,7 @@ struct StepMeasure {
   double host_s = 0;          // the step range's duration on the host
   double gpu_span_s = 0;      // first kernel start to last kernel end among the step's kernels
   double gpu_busy_s = 0;      // union of the step's kernel intervals (all streams)
+  double launch_span_s = 0;   // the host's first to last launch of the step's GPU work
   int64_t num_kernels = 0;
 };
 

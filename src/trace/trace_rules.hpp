@@ -88,6 +88,7 @@ bool glob_match(std::string_view pattern, std::string_view text);  // case-insen
 enum class RangeMeaning : uint8_t {
   op,           // the name of an op of the rank's program ("layer3.attn.q_proj", "...q_proj.bwd")
   optimizer,    // every optimizer op of the program together (one optimizer.step() updates all)
+  data_parallel,  // FSDP2's hooks: the program's copy and accumulation ops of the same side together
   framework,    // the training framework's own work: no op of the scenario (FSDP2's copy-in, casts)
   step,         // only the profiler step encloses it: launched outside every annotated range
   unknown,      // a range that names no op of the scenario (reported with its name)
@@ -100,10 +101,12 @@ struct RangeRule {
 };
 
 // Read after the exact op-name lookup: a range whose name is an op of the program is that op.
-inline constexpr std::array<RangeRule, 5> kRangeRules{{
+inline constexpr std::array<RangeRule, 6> kRangeRules{{
     {"optimizer", RangeMeaning::optimizer, "the harness's range around optimizer.step(): all `*.adamw` ops"},
     {"Optimizer.step#*", RangeMeaning::optimizer, "PyTorch's own range around an optimizer's step()"},
-    {"FSDP::*", RangeMeaning::framework, "FSDP2's hooks: parameter copy-in/out, casts, gradient accumulation"},
+    {"FSDP::post_backward*", RangeMeaning::data_parallel,
+     "FSDP2's gradient hooks: all `fsdp_reduce_*` and `fsdp_accumulate_*` ops"},
+    {"FSDP::*", RangeMeaning::data_parallel, "FSDP2's parameter hooks: all `fsdp_copy_in` and `fsdp_copy_out` ops"},
     {"Optimizer.zero_grad#*", RangeMeaning::framework, "zeroing gradients (no op of the scenario)"},
     {"ProfilerStep#*", RangeMeaning::step, "the profiler's step: the kernel is in no narrower range"},
 }};

@@ -283,7 +283,7 @@ FIT_ARGS = ["--from-trace", TRACES + "dense-s8192-mb1.rank0.json.gz", "--scenari
 with tempfile.TemporaryDirectory() as tmp:
     fitted = os.path.join(tmp, "fitted.json")
     r = run("calibrate", *FIT_ARGS, "--out", fitted)
-    expect("calibrate --from-trace", r.returncode == 0 and "fitted 34 calibration point(s)" in r.stdout
+    expect("calibrate --from-trace", r.returncode == 0 and "fitted 48 calibration point(s)" in r.stdout
            and "range layer*.attn.rope" not in r.stdout, r.stdout[-500:] + r.stderr[-500:])
     if os.path.exists(fitted):
         # The shipped fit is what the shipped traces give (provenance aside: command and date).

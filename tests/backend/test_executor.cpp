@@ -52,9 +52,12 @@ TEST_CASE("queues mirror the engine's: compute, copy, one per group kind; waits 
       int64_t num_waits = 0;
       for (uint32_t i = 0; i < p.ops.size(); ++i) {
         const Op& op = p.ops[i];
-        const int expect = op.stream == Stream::copy ? kCopyQueue
-                           : op.stream == Stream::comm && is_communication(op.kind) ? 2 + static_cast<int>(op.group)
-                                                                                     : kComputeQueue;
+        // On a group's queue: its collectives, and the copies FSDP2 runs on their streams.
+        const bool on_group = is_communication(op.kind) || op.kind == OpKind::swap_in || op.kind == OpKind::swap_out ||
+                              op.kind == OpKind::dp_copy || op.kind == OpKind::grad_accumulate;
+        const int expect = op.stream == Stream::copy                ? kCopyQueue
+                           : op.stream == Stream::comm && on_group ? 2 + static_cast<int>(op.group)
+                                                                   : kComputeQueue;
         CHECK(q.queue[i] == expect);
         CHECK(q.queue_pred[i] == last[static_cast<size_t>(expect)]);
         last[static_cast<size_t>(expect)] = i;

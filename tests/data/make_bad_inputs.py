@@ -164,6 +164,8 @@ write("straggler-rank", mutate(scenario, setp("/stragglers", [{"ranks": [3, 128]
 write("straggler-speedup", mutate(scenario, setp("/stragglers", [{"ranks": [3], "slowdown": 0.5}])), "scenario", "/stragglers/0/slowdown", "must be in [1, 1000], got 0.5")
 write("fragmentation", mutate(scenario, setp("/memory", {"allocator_fragmentation": 1.5})), "scenario", "/memory/allocator_fragmentation", "must be in [0, 1], got 1.5")
 write("runtime-unit", mutate(scenario, setp("/memory", {"runtime_reserved": "1 GHz"})), "scenario", "/memory/runtime_reserved", "is not a unit of bytes")
+write("host-issue-negative", mutate(scenario, setp("/host", {"op_issue": "-5 us"})), "scenario", "/host/op_issue", "must be in [0, 1]")
+write("host-issue-unit", mutate(scenario, setp("/host", {"op_issue": "5 GB"})), "scenario", "/host/op_issue", "is not a unit of seconds")
 write("devices-per-token-over-ep", mutate(scenario, setp("/routing/devices_per_token", 65)), "scenario", "/routing/devices_per_token", "must be at most parallel.ep (64), got 65")
 write("devices-per-token-too-few", mutate(scenario, setp("/routing/devices_per_token", 1)), "scenario", "/routing/devices_per_token", "holds 14 experts, fewer than top_k (16)")
 write("two-routing-limits", mutate(scenario, lambda d: d["routing"].update(nodes_per_token=1, devices_per_token=2)), "scenario", "/routing/devices_per_token", "only one of groups_per_token, nodes_per_token and devices_per_token")

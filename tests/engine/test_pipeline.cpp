@@ -23,12 +23,15 @@ using test::Plan;
 namespace {
 
 // One rank per stage of a model whose stages do equal work (tests/data/pipeline-uniform.json),
-// trained in full (backward about twice the forward, as the closed form assumes).
+// trained in full (backward about twice the forward, as the closed form assumes). Megatron's
+// distributed optimizer (ZeRO-1) keeps every micro-batch's work the same; FSDP2 (ZeRO-3) would
+// add its copies, which differ between the first, middle and last micro-batch (dp_copies.hpp).
 Plan uniform_pipeline(int64_t stages, int64_t virtual_stages, int64_t micro_batches) {
   Plan p;
   p.model = "tests/data/pipeline-uniform.json";
   p.devices = stages;
   p.shard = 1;
+  p.zero_stage = 1;
   p.pp = stages;
   p.virtual_stages = virtual_stages;
   p.schedule = virtual_stages > 1 ? "interleaved_1f1b" : "1f1b";
@@ -424,6 +427,7 @@ TEST_CASE("DualPipe's two copies of a stage sum their gradients: one exchange of
   dual.schedule = "dualpipe";
   dual.devices = 16;
   dual.shard = 4;  // FSDP2 over 4: the exchange carries the reduce-scattered shard
+  dual.zero_stage = 3;
   dual.global_batch = 32;
   const Run run = simulate(dual, true);
   CHECK(run.result.timeline.records.size() == ops_of_all_ranks(run.graph));

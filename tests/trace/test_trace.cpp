@@ -9,6 +9,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <sstream>
 #include <string>
 #include <zlib.h>
@@ -75,7 +76,8 @@ TEST_CASE("every kernel rule's example is classified by its own row (no earlier 
   CHECK(classify_kernel("whatever", GpuActivity::memcpy) == KernelClass::copy);
   CHECK(classify_kernel("whatever", GpuActivity::memset) == KernelClass::memset);
   CHECK(classify_kernel("void at::native::sbtopk::gatherTopK<float>", GpuActivity::kernel) == KernelClass::other);
-  CHECK(range_meaning("FSDP::pre_forward (layers.0)") == RangeMeaning::framework);
+  CHECK(range_meaning("FSDP::pre_forward (layers.0)") == RangeMeaning::data_parallel);
+  CHECK(range_meaning("FSDP::post_backward_reduce (layers.0)") == RangeMeaning::data_parallel);
   CHECK(range_meaning("Optimizer.step#AdamW.step") == RangeMeaning::optimizer);
   CHECK(range_meaning("layer1.attn.rope") == RangeMeaning::unknown);
 }
@@ -109,7 +111,7 @@ TEST_CASE("docs/calibration/from-trace.md prints the rules tables row for row") 
   }
   const auto range_rows = rows_of("<!-- range rules -->", "<!-- end range rules -->");
   REQUIRE(range_rows.size() == kRangeRules.size());
-  const char* meanings[] = {"op", "optimizer", "framework", "step", "unknown"};
+  const char* meanings[] = {"op", "optimizer", "data_parallel", "framework", "step", "unknown"};
   for (size_t i = 0; i < kRangeRules.size(); ++i) {
     CHECK(range_rows[i].first == kRangeRules[i].pattern);
     CHECK(range_rows[i].second == meanings[static_cast<int>(kRangeRules[i].meaning)]);
@@ -188,10 +190,38 @@ TEST_CASE("matching the dense trace: every kernel goes to one op or one unmatche
   CHECK(m.peak_reserved_bytes >= m.peak_allocated_bytes);
   // Pinned from this trace (a change to the rules or the reader shows here): kernels matched and
   // the GPU step time (median over the 2 steps).
-  // 1,212 before RoPE was an op, plus its 4 layers x 2 micro-batches x (2 x 8 forward + 2 x 12
-  // backward) kernels in each of the 2 steps.
-  CHECK(m.num_matched_kernels == 1212 + 2 * 4 * 2 * 40);
+  // 1,212 in the ops' ranges; RoPE's 4 layers x 2 micro-batches x (2 x 8 forward + 2 x 12 backward)
+  // kernels in each of the 2 steps; 690 of FSDP2's hooks.
+  CHECK(m.num_matched_kernels == 1212 + 2 * 4 * 2 * 40 + 690);
   CHECK(m.step_seconds() == doctest::Approx(0.0872).epsilon(0.02));
+}
+
+TEST_CASE("FSDP2's hooks in the shipped traces go to the scenario's copy ops, kernel counts as FSDP2 launches them") {
+  // Over one rank FSDP2 unshards a unit with a cast and a copy per parameter tensor (35: 8 per
+  // layer, and the embedding, final norm and output projection of the root unit these traces were
+  // recorded with), in forward and again in backward; its reduction launches a metadata copy, the
+  // copy-in and the copy to the output per unit (5), then one add per tensor from the second
+  // micro-batch. Per step of M micro-batches: 2 x 2 x 35 M and 3 x 5 M + 35 (M - 1).
+  for (const auto& [trace, scenario, micro] : {std::tuple{kDense, "scenarios/trace/dense-s4k-mb2.json", 2},
+                                               std::tuple{"tests/data/traces/dense-s8192-mb1.rank0.json.gz",
+                                                          "scenarios/trace/dense-s8k-mb1.json", 1}}) {
+    CAPTURE(trace);
+    const Loaded l = load(trace, scenario);
+    const TraceMatch& m = l.match;
+    const int64_t steps = 2, tensors = 35, units = 5;
+    const int64_t params_side = steps * 2 * 2 * tensors * micro;
+    const int64_t grads_side = steps * (3 * units * micro + tensors * (micro - 1));
+    int64_t copy_ops = 0;
+    for (const auto& [name, o] : m.ops) {
+      if (o.kind != OpKind::dp_copy && o.kind != OpKind::grad_accumulate) continue;
+      ++copy_ops;
+      const bool params = name.find(".fsdp_copy_") != std::string::npos;
+      CHECK(o.num_kernels == (params ? params_side : grads_side));
+      CHECK(o.seconds > 0);
+    }
+    CHECK(copy_ops > 0);
+    for (const Unmatched& u : m.unmatched) CHECK(u.what.find("FSDP") == std::string::npos);
+  }
 }
 
 TEST_CASE("matching is deterministic") {

@@ -136,7 +136,8 @@ class Launcher {
       case OpKind::norm: return norm();
       case OpKind::activation: return activation();
       case OpKind::elementwise:
-      case OpKind::grad_accumulate: return elementwise();
+      case OpKind::grad_accumulate:
+      case OpKind::dp_copy: return elementwise();
       case OpKind::embedding: return embedding();
       case OpKind::short_conv: return short_conv();
       case OpKind::attention_residual: return attention_residual();

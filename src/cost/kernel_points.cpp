@@ -174,7 +174,9 @@ KernelPointsFile load_kernel_points(const InputText& input) {
     try {
       (void)curve_named(EfficiencySpec{}, spec.curve);
     } catch (const std::invalid_argument&) {
-      r.fail(path + "/curve", "must be gemm, grouped_gemm, attention, attention_backward or linear_attention");
+      r.fail(path + "/curve",
+             "must be gemm, grouped_gemm, attention, attention_backward, linear_attention or "
+             "attention_kernels.<flash2|flash3|cudnn>.<forward|backward>");
     }
     const auto dtype = enum_from_name<Dtype>(r.text(f, path, "dtype"));
     if (!dtype) r.fail(path + "/dtype", "unknown format");
@@ -231,6 +233,19 @@ std::optional<EfficiencyCurve> curve_named(const EfficiencySpec& e, std::string_
   if (curve == "attention") return e.attention;
   if (curve == "attention_backward") return e.attention_backward;
   if (curve == "linear_attention") return e.linear_attention;
+  // A named attention kernel's curve: attention_kernels.<kernel>.forward | .backward.
+  constexpr std::string_view prefix = "attention_kernels.";
+  if (curve.starts_with(prefix)) {
+    const std::string_view rest = curve.substr(prefix.size());
+    const size_t dot = rest.find('.');
+    const auto kernel = enum_from_name<AttentionKernel>(rest.substr(0, dot));
+    const std::string_view phase = dot == std::string_view::npos ? "" : rest.substr(dot + 1);
+    if (kernel && *kernel != AttentionKernel::platform_default && (phase == "forward" || phase == "backward")) {
+      const AttentionKernelCurves* k = e.attention_kernels ? e.attention_kernels->of(*kernel) : nullptr;
+      if (!k) return std::nullopt;
+      return phase == "forward" ? std::optional<EfficiencyCurve>(k->forward) : k->backward;
+    }
+  }
   throw std::invalid_argument("curve_named: no curve " + std::string(curve));
 }
 

@@ -2,6 +2,7 @@
 // Field declarations and consistency checks of hardware/*.json.
 #include "hardware/hardware_spec.hpp"
 
+#include <stdexcept>
 
 #include "core/fields.hpp"
 #include "core/limits.hpp"
@@ -109,12 +110,28 @@ void declare_fields(F& f, EfficiencyCurve& s) {
 }
 
 template <class F>
+void declare_fields(F& f, AttentionKernelCurves& s) {
+  f.required("forward", s.forward, "The kernel's forward, by query tokens.");
+  f.maybe("backward", s.backward, "The kernel's backward, by query tokens; absent: forward for both phases.");
+}
+
+template <class F>
+void declare_fields(F& f, AttentionKernelsSpec& s) {
+  f.maybe("flash2", s.flash2, "FlashAttention-2 (also PyTorch SDPA's flash backend).");
+  f.maybe("flash3", s.flash3, "FlashAttention-3.");
+  f.maybe("cudnn", s.cudnn, "cuDNN's fused attention (PyTorch SDPA's cudnn backend, Transformer Engine's fused attention).");
+}
+
+template <class F>
 void declare_fields(F& f, EfficiencySpec& s) {
   f.required("gemm", s.gemm, "GEMMs, by their smallest dimension.");
   f.required("grouped_gemm", s.grouped_gemm, "Expert grouped GEMMs, by rows (tokens) per expert.");
   f.required("attention", s.attention, "Flash and sparse attention and the DSA indexer, by query tokens.");
   f.maybe("attention_backward", s.attention_backward,
           "The backward of the attention kernels, by query tokens; absent: the attention curve for both phases.");
+  f.maybe("attention_kernels", s.attention_kernels,
+          "Curves of named attention implementations, for scenarios that state which one their stack ran "
+          "(fused_ops.attention_kernel); absent: only attention and attention_backward.");
   f.required("linear_attention", s.linear_attention, "KDA kernels, by tokens.");
   f.required("memory", s.memory, "Fraction of HBM bandwidth memory-bound kernels reach.", between(0.01, 1));
   f.required("host_copy", s.host_copy, "Fraction of the host-memory bandwidth copies reach.", between(0.01, 1));
@@ -222,6 +239,26 @@ std::optional<double> CommunicatorBytes::largest() const {
     if (x && (!out || *x > *out)) out = x;
   }
   return out;
+}
+
+const AttentionKernelCurves* AttentionKernelsSpec::of(AttentionKernel kernel) const {
+  const std::optional<AttentionKernelCurves>* curves = nullptr;
+  switch (kernel) {
+    case AttentionKernel::platform_default: return nullptr;
+    case AttentionKernel::flash2: curves = &flash2; break;
+    case AttentionKernel::flash3: curves = &flash3; break;
+    case AttentionKernel::cudnn: curves = &cudnn; break;
+  }
+  return curves && *curves ? &**curves : nullptr;
+}
+
+EfficiencySpec with_attention_kernel(EfficiencySpec e, AttentionKernel kernel) {
+  if (kernel == AttentionKernel::platform_default) return e;
+  const AttentionKernelCurves* curves = e.attention_kernels ? e.attention_kernels->of(kernel) : nullptr;
+  if (!curves) throw std::out_of_range("no curves for this attention kernel");
+  e.attention = curves->forward;
+  e.attention_backward = curves->backward;
+  return e;
 }
 
 HardwareSpec load_hardware(const InputText& input) {

@@ -7,6 +7,7 @@
 // assumptions.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "core/enum_names.hpp"
 #include "core/field_row.hpp"
 #include "core/json_input.hpp"
 #include "core/units.hpp"
@@ -103,6 +105,25 @@ struct EfficiencyCurve {
   double at(double x) const { return half_at <= 0 ? max : max * x / (x + half_at); }
 };
 
+// Attention kernel implementations whose curves a hardware file can carry beside its default
+// (`attention`, the best kernel the platform's current stacks run), because the same GPU runs them
+// at very different fractions of its peak (H100, causal head dim 128 forward at 16k: FlashAttention-2
+// 335 TFLOP/s, cuDNN 539, FlashAttention-3 616). A scenario names the one its stack ran
+// (fused_ops.attention_kernel).
+enum class AttentionKernel { platform_default, flash2, flash3, cudnn };
+
+struct AttentionKernelCurves {
+  EfficiencyCurve forward;
+  std::optional<EfficiencyCurve> backward;  // absent: forward for both phases
+};
+
+struct AttentionKernelsSpec {
+  std::optional<AttentionKernelCurves> flash2, flash3, cudnn;
+
+  // The curves of `kernel`; nullptr for platform_default or a kernel the file does not carry.
+  const AttentionKernelCurves* of(AttentionKernel kernel) const;
+};
+
 // How close kernels and collectives get to the peaks, by kind. Measured where a measurement is
 // cited in the file's doc, otherwise explicit assumptions; a calibration file refines them.
 struct EfficiencySpec {
@@ -112,6 +133,8 @@ struct EfficiencySpec {
   // The backward of those kernels (phase bwd), which published kernels run at a lower fraction of
   // the peak than their forward; absent: `attention` for both phases.
   std::optional<EfficiencyCurve> attention_backward;
+  // Named attention implementations (AttentionKernel); absent: only the default curves above.
+  std::optional<AttentionKernelsSpec> attention_kernels;
   EfficiencyCurve linear_attention;  // KDA kernels; x = tokens
   double memory = 0.85;              // fraction of HBM bandwidth memory-bound kernels reach
   double host_copy = 0.9;            // fraction of the host-memory bandwidth copies reach
@@ -151,7 +174,21 @@ struct HardwareSpec {
   std::optional<StackMemory> stack_memory;  // the calibration file's memory_overhead, if it has one
 };
 
+// `e` with the attention curves of `kernel` in place of the default ones; platform_default leaves it
+// as it is. Throws std::out_of_range when the hardware file does not carry that kernel.
+EfficiencySpec with_attention_kernel(EfficiencySpec e, AttentionKernel kernel);
+
 HardwareSpec load_hardware(const InputText& input);
 std::vector<FieldRow> describe_hardware_fields();
+
+template <>
+struct EnumNames<AttentionKernel> {
+  static constexpr std::array<std::pair<std::string_view, AttentionKernel>, 4> names{{
+      {"default", AttentionKernel::platform_default},
+      {"flash2", AttentionKernel::flash2},
+      {"flash3", AttentionKernel::flash3},
+      {"cudnn", AttentionKernel::cudnn},
+  }};
+};
 
 }  // namespace moesim

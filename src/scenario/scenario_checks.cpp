@@ -447,6 +447,10 @@ class ScenarioChecker {
     if (!f.flash_attention && !dense_attention) {
       fail("/fused_ops/flash_attention", model_.name + " has no mha, gqa or mla layers");
     }
+    if (f.attention_kernel != AttentionKernel::platform_default && !f.flash_attention &&
+        !model_.uses(AttentionKind::mla_dsa)) {
+      fail("/fused_ops/attention_kernel", "names a flash-attention kernel, but fused_ops.flash_attention is false");
+    }
   }
 
   const Scenario& s_;

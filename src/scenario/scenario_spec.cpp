@@ -3,6 +3,7 @@
 #include "scenario/scenario_spec.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "core/fields.hpp"
 #include "core/limits.hpp"
@@ -235,6 +236,11 @@ void declare_fields(F& f, FusedOpsSpec& s) {
              "Flash attention for dense (MHA/GQA/MLA) layers; false: the attention core as Megatron ran it before "
              "FlashAttention - score and context batched GEMMs over the whole s x s square, a fused softmax and "
              "attention dropout, with the probabilities kept for backward.");
+  f.optional("attention_kernel", s.attention_kernel, AttentionKernel::platform_default,
+             "The flash-attention implementation the stack runs: default (the hardware file's attention curves: "
+             "the best kernel of the platform's current stacks), flash2 (FlashAttention-2, PyTorch SDPA's flash "
+             "backend), flash3 or cudnn; a named kernel takes its curves from the hardware file's "
+             "efficiency.attention_kernels, which must carry it.");
   f.optional("dsa", s.dsa, false, "Fused DSA kernels (LI, SFA, SFAG) instead of small ops; mla_dsa models only.");
   f.optional("kda", s.kda, false, "Fused KDA forward and backward kernels; kda models only.");
   f.optional("permute_gemm", s.permute_gemm, false, "Permute fused into the experts' grouped GEMM; MoE models only.");
@@ -414,6 +420,13 @@ Scenario load_scenario_with(const InputText& input, const InputText* hardware) {
   const InputText hardware_input = hardware ? *hardware : read_referenced(input, "/hardware", s.spec.hardware, "hardware");
   s.hardware_file = hardware_input.name;
   s.hardware = load_hardware(hardware_input);
+  try {
+    s.hardware.efficiency = with_attention_kernel(s.hardware.efficiency, s.spec.fused_ops.attention_kernel);
+  } catch (const std::out_of_range&) {
+    throw InputError(input.name, "/fused_ops/attention_kernel",
+                     "hardware " + s.hardware_file + " has no efficiency.attention_kernels." +
+                         std::string(enum_name(s.spec.fused_ops.attention_kernel)) + " curves");
+  }
   check_scenario(s);
   if (s.spec.routing.distribution == RoutingDistribution::histogram) {
     s.routing_histogram = load_routing_histogram(

@@ -265,6 +265,9 @@ struct HostSpec {
 
 struct FusedOpsSpec {
   bool flash_attention = true;  // false: scores and probabilities materialised (pre-FlashAttention)
+  // Which flash-attention implementation the stack ran; load_scenario puts that kernel's curves in
+  // place of the hardware's default attention curves.
+  AttentionKernel attention_kernel = AttentionKernel::platform_default;
   bool dsa = false;           // LI / SFA / SFAG fused kernels
   bool kda = false;           // fused KDA forward and backward
   bool permute_gemm = false;  // permute fused into the grouped GEMM
@@ -319,7 +322,7 @@ struct Scenario {
   std::string model_file;
   ModelSpec model;
   std::string hardware_file;
-  HardwareSpec hardware;
+  HardwareSpec hardware;  // with the attention curves of fused_ops.attention_kernel
   std::vector<double> routing_histogram;  // tokens per expert, when routing is a histogram
 };
 

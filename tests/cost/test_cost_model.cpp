@@ -9,7 +9,10 @@
 #include <set>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cost/cost_model.hpp"
+#include "scenario/scenario_spec.hpp"
 
 using namespace moesim;
 
@@ -241,4 +244,46 @@ TEST_CASE("limited routing: a token reaches only its units' domains (DeepSeek-V3
   // Groups that do not each sit in one domain bound nothing: the unlimited expectation.
   CHECK(CostModel::hierarchical_out_fraction(256, 8, GroupPlacement{64, 16, 4}, 8, 4) ==
         CostModel::hierarchical_out_fraction(256, 8, GroupPlacement{64, 16, 4}));
+}
+
+TEST_CASE("a scenario's attention kernel puts that kernel's curves in place of the hardware's default") {
+  // The torchtitan Llama 3.1 8B case on the 500 W H100, with its attention kernel set three ways.
+  const std::string path = "tests/validation/scenarios/torchtitan-llama31-8b-8xh100-fsdp.json";
+  const nlohmann::json base = nlohmann::json::parse(read_input(path, "scenarios", "SCENARIO").text);
+  auto with_kernel = [&](const std::string& kernel) {
+    nlohmann::json j = base;
+    j["fused_ops"]["attention_kernel"] = kernel;
+    return load_scenario(InputText{path, j.dump(), false});
+  };
+  const Scenario fa2 = with_kernel("flash2");
+  const Scenario fa3 = with_kernel("flash3");
+  const Scenario dflt = with_kernel("default");
+  const AttentionKernelCurves& curves = *dflt.hardware.efficiency.attention_kernels->flash2;
+  CHECK(fa2.hardware.efficiency.attention.max == curves.forward.max);
+  CHECK(fa2.hardware.efficiency.attention.half_at == curves.forward.half_at);
+  CHECK(fa2.hardware.efficiency.attention_backward->max == curves.backward->max);
+  // The default of h100-hgx's die is FlashAttention-3's curve.
+  CHECK(fa3.hardware.efficiency.attention.max == dflt.hardware.efficiency.attention.max);
+
+  Op fwd;
+  fwd.kind = OpKind::flash_attention;
+  fwd.m = 8192;
+  fwd.flops = 1e13;  // compute-bound: no bytes
+  Op bwd = fwd;
+  bwd.phase = Phase::bwd;
+  const double launch = fa2.hardware.device.kernel_launch_overhead.value;
+  const double peak = fa2.hardware.device.peak_flops.bf16.value;
+  const CostModel cost2(fa2.hardware), cost3(fa3.hardware);
+  CHECK(cost2.kernel_seconds(fwd) == doctest::Approx(1e13 / (peak * curves.forward.at(8192)) + launch));
+  CHECK(cost2.kernel_seconds(bwd) == doctest::Approx(1e13 / (peak * curves.backward->at(8192)) + launch));
+  // FlashAttention-2 on H100 runs at about 55% of FlashAttention-3's rate at 8k (333 against 602
+  // TFLOP/s forward, FlashAttention-3 paper, Figure 5): the curves carry that ratio.
+  const double ratio = (cost3.kernel_seconds(fwd) - launch) / (cost2.kernel_seconds(fwd) - launch);
+  CHECK(ratio == doctest::Approx(333.0 / 602.0).epsilon(0.06));
+  // A GEMM does not change with the attention kernel.
+  Op g;
+  g.kind = OpKind::gemm;
+  g.m = g.n = g.k = 4096;
+  g.flops = 2.0 * 4096 * 4096 * 4096;
+  CHECK(cost2.kernel_seconds(g) == cost3.kernel_seconds(g));
 }

@@ -25,7 +25,38 @@ TEST_CASE("every file in hardware/ loads, is embedded, says what a device is, an
     CHECK(h.doc.find("ssum") != std::string::npos);  // every file says which numbers are assumptions
     ++files;
   }
-  CHECK(files == 8);
+  CHECK(files == 9);
+}
+
+TEST_CASE("the 500 W HBM2e H100 is h100-hgx's die at its own memory and the middle of its published peak interval") {
+  const HardwareSpec sxm = load("h100-hgx");
+  const HardwareSpec gt = load("h100-hbm2e-500w");
+  CHECK(gt.device.hbm_bandwidth.value == doctest::Approx(2.4e12));
+  CHECK(gt.device.hbm_capacity.value == doctest::Approx(96e9));
+  // Between the H100 NVL's 835 and the SXM's 989 TFLOP/s, as the source bounds it: the middle.
+  CHECK(gt.device.peak_flops.bf16.value == doctest::Approx((835e12 + 989e12) / 2).epsilon(0.001));
+  CHECK(gt.device.peak_flops.of(Dtype::fp8)->value == doctest::Approx(2 * gt.device.peak_flops.bf16.value));
+  // Same kernels as fractions of the peak: every efficiency curve and constant is h100-hgx's.
+  const auto same = [](const EfficiencyCurve& a, const EfficiencyCurve& b) { return a.max == b.max && a.half_at == b.half_at; };
+  const EfficiencySpec& a = gt.efficiency;
+  const EfficiencySpec& b = sxm.efficiency;
+  CHECK(same(a.gemm, b.gemm));
+  CHECK(same(a.grouped_gemm, b.grouped_gemm));
+  CHECK(same(a.attention, b.attention));
+  CHECK(same(*a.attention_backward, *b.attention_backward));
+  CHECK(same(a.linear_attention, b.linear_attention));
+  for (AttentionKernel k : {AttentionKernel::flash2, AttentionKernel::flash3, AttentionKernel::cudnn}) {
+    CAPTURE(enum_name(k));
+    REQUIRE(a.attention_kernels->of(k) != nullptr);
+    CHECK(same(a.attention_kernels->of(k)->forward, b.attention_kernels->of(k)->forward));
+    CHECK(same(*a.attention_kernels->of(k)->backward, *b.attention_kernels->of(k)->backward));
+  }
+  CHECK(a.memory == b.memory);
+  CHECK(a.collective == b.collective);
+  CHECK(a.collective_scale_out == b.collective_scale_out);
+  CHECK(a.overlap_slowdown == b.overlap_slowdown);
+  CHECK(gt.fabric.scale_up.port_bandwidth.value == sxm.fabric.scale_up.port_bandwidth.value);
+  CHECK(gt.fabric.scale_out->nic_bandwidth.value == doctest::Approx(50e9));  // 400 Gb/s per GPU
 }
 
 TEST_CASE("datasheet numbers arrive in SI units") {

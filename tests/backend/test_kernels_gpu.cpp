@@ -16,6 +16,7 @@
 #include "backend/cuda/lora.hpp"
 #include "backend/cuda/loss.hpp"
 #include "backend/cuda/reference.hpp"
+#include "backend/cuda/timer.hpp"
 #include "gpu_test_util.hpp"
 #include "test_util.hpp"
 
@@ -106,12 +107,9 @@ TEST_CASE("GEMM autotuning: beta != 0 survives the trial runs, the choice matche
 
 TEST_CASE("GEMM autotuning: the choice is never slower than the heuristic's first beyond timing noise") {
   // K3 linear-layer shapes where the heuristic's first choice was 10-14% slower than its best
-  // (docs/calibration/README.md), and one where it was the best. Median of 15 event-timed runs each,
-  // interleaved, on random inputs; 5% allows for the run-to-run noise of short kernels.
+  // (docs/calibration/README.md), and one where it was the best. Median of 15 event-timed runs each
+  // (timer.hpp), interleaved, on random inputs; 5% allows for the run-to-run noise of short kernels.
   Gemm gemm;
-  cudaEvent_t start = nullptr, stop = nullptr;
-  MOESIM_CUDA_CHECK(cudaEventCreate(&start));
-  MOESIM_CUDA_CHECK(cudaEventCreate(&stop));
   struct Shape {
     int64_t m, n, k;
   };
@@ -127,14 +125,10 @@ TEST_CASE("GEMM autotuning: the choice is never slower than the heuristic's firs
     const int chosen = gemm.chosen_heuristic_index(shape);
     REQUIRE(chosen >= 0);
     const int first_rank = chosen == 0 ? 0 : 1;  // where the heuristic's first sits in the tuned order
-    const auto time_rank = [&](int rank) {
-      MOESIM_CUDA_CHECK(cudaEventRecord(start, nullptr));
-      gemm.run(shape, da.data(), db.data(), dc.data(), 1.0f, 0.0f, nullptr, rank);
-      MOESIM_CUDA_CHECK(cudaEventRecord(stop, nullptr));
-      MOESIM_CUDA_CHECK(cudaEventSynchronize(stop));
-      float ms = 0;
-      MOESIM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      return static_cast<double>(ms);
+    const auto time_rank = [&](int rank) {  // one run, in milliseconds
+      return time_on_stream(nullptr, 0, 1, [&](int) {
+               gemm.run(shape, da.data(), db.data(), dc.data(), 1.0f, 0.0f, nullptr, rank);
+             }).median_s * 1e3;
     };
     for (int w = 0; w < 3; ++w) {
       time_rank(0);
@@ -145,16 +139,12 @@ TEST_CASE("GEMM autotuning: the choice is never slower than the heuristic's firs
       tuned.push_back(time_rank(0));
       first.push_back(time_rank(first_rank));
     }
-    std::sort(tuned.begin(), tuned.end());
-    std::sort(first.begin(), first.end());
-    const double t = tuned[tuned.size() / 2], f = first[first.size() / 2];
+    const double t = summarize(tuned).median_s, f = summarize(first).median_s;
     MESSAGE("gemm " << sh.m << " x " << sh.n << " x " << sh.k << ": chosen heuristic index " << chosen << " of "
                     << gemm.num_algorithms(shape) << ", " << t * 1e3 << " us vs heuristic's first " << f * 1e3
                     << " us (" << f / t << "x)");
     CHECK(t <= 1.05 * f);
   }
-  (void)cudaEventDestroy(start);
-  (void)cudaEventDestroy(stop);
 }
 
 namespace {

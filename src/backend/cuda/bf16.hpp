@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: MIT
-// BF16 on the host without CUDA headers: the bit pattern as uint16_t (the layout of
-// __nv_bfloat16), converted with round-to-nearest-even as the GPU converts. Used by the CPU
-// references and by tests that fill and read device buffers.
+// The backend's one spelling of BF16: `bf16_bits`, the bit pattern as a 16-bit integer (the layout
+// of __nv_bfloat16), in every launcher, kernel, reference and test, host and device alike. On the
+// host, float_to_bf16 / bf16_to_float convert with round-to-nearest-even as the GPU does; in
+// kernels, kernels_common.cuh's detail::to_f / detail::to_bf. __nv_bfloat16 itself appears only
+// where CUDA needs its type (the tensor-core tiles of the *_tc.cu attention kernels). No CUDA
+// headers here: the CPU references build without them.
 #pragma once
 
 #include <bit>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Owning device and pinned-host buffers (RAII, move-only). Element type T is a plain type of the
-// same size as the device type (bf16 as uint16_t).
+// same size as the device type (BF16 as bf16_bits, bf16.hpp).
 #pragma once
 
 #include <cstddef>

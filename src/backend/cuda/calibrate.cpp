@@ -2,6 +2,7 @@
 #include "backend/cuda/calibrate.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,12 +12,14 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <span>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "backend/cuda/buffer.hpp"
 #include "backend/cuda/check.hpp"
+#include "backend/cuda/collective_table.hpp"
 #include "backend/cuda/device.hpp"
 #include "backend/cuda/gemm.hpp"
 #include "backend/cuda/host_copy.hpp"
@@ -58,7 +61,7 @@ class Pool {
     MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
   }
   // A slice of `n` elements for repeat `i`, 256-byte aligned, wrapping around the pool.
-  uint16_t* slice(size_t n, int i) {
+  bf16_bits* slice(size_t n, int i) {
     if (n > buf_.size()) throw BackendError("calibration pool too small for this shape");
     const size_t stride = (n + 127) / 128 * 128;
     if (stride >= buf_.size()) return buf_.data();
@@ -68,18 +71,13 @@ class Pool {
   size_t size() const { return buf_.size(); }
 
  private:
-  DeviceBuffer<uint16_t> buf_;
+  DeviceBuffer<bf16_bits> buf_;
 };
 
 json table(const std::string& measure, const std::string& value, const std::map<double, std::vector<double>>& by_x) {
   // Several samples may share a measure (GEMMs of one min(m, n, k)): the table keeps their median.
   json points = json::array();
-  for (const auto& [x, ys] : by_x) {
-    std::vector<double> v = ys;
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    points.push_back({x, n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])});
-  }
+  for (const auto& [x, ys] : by_x) points.push_back({x, median_of(ys)});
   return {{"measure", measure}, {"value", value}, {"points", points}};
 }
 
@@ -173,9 +171,9 @@ json bench_grouped_gemm(Context& cx, Gemm& gemm) {
   const std::vector<std::pair<int64_t, int64_t>> nk = {{2 * kExpertWidth, kLatent}, {kLatent, kExpertWidth}};
   const int64_t max_rows = per_expert.back() * kExpertsPerRank;
   const int64_t max_k = std::max(kLatent, kExpertWidth);
-  DeviceBuffer<uint16_t> w(static_cast<size_t>(kExpertsPerRank) * 2 * kExpertWidth * kLatent);  // > 600 MB: no L2 reuse
-  DeviceBuffer<uint16_t> x(static_cast<size_t>(max_rows * max_k));
-  DeviceBuffer<uint16_t> y(static_cast<size_t>(max_rows * 2 * kExpertWidth));
+  DeviceBuffer<bf16_bits> w(static_cast<size_t>(kExpertsPerRank) * 2 * kExpertWidth * kLatent);  // > 600 MB: no L2 reuse
+  DeviceBuffer<bf16_bits> x(static_cast<size_t>(max_rows * max_k));
+  DeviceBuffer<bf16_bits> y(static_cast<size_t>(max_rows * 2 * kExpertWidth));
   fill_uniform(w.data(), static_cast<int64_t>(w.size()), 11, -1.0f, 1.0f, cx.stream);
   fill_uniform(x.data(), static_cast<int64_t>(x.size()), 12, -1.0f, 1.0f, cx.stream);
   std::map<double, std::vector<double>> by_x;
@@ -226,7 +224,7 @@ json bench_memory(Context& cx, Pool& pool, Pool& out_pool) {
   const int64_t rows = 4096;
   const int64_t cols = kHidden;
   const size_t nx = static_cast<size_t>(rows * cols);
-  DeviceBuffer<uint16_t> w(static_cast<size_t>(cols));
+  DeviceBuffer<bf16_bits> w(static_cast<size_t>(cols));
   fill_uniform(w.data(), cols, 21, 0.5f, 1.5f, cx.stream);
   DeviceBuffer<float> rstd(static_cast<size_t>(rows));
   DeviceBuffer<float> dw(static_cast<size_t>(cols));
@@ -277,8 +275,8 @@ json bench_other(Context& cx, Gemm& gemm) {
   json samples = json::array();
   const int64_t tokens = 4096;
   DeviceBuffer<float> logits(static_cast<size_t>(tokens * kNumExperts));
-  DeviceBuffer<uint16_t> x(static_cast<size_t>(tokens * kHidden));
-  DeviceBuffer<uint16_t> wr(static_cast<size_t>(kNumExperts * kHidden));
+  DeviceBuffer<bf16_bits> x(static_cast<size_t>(tokens * kHidden));
+  DeviceBuffer<bf16_bits> wr(static_cast<size_t>(kNumExperts * kHidden));
   fill_uniform(x.data(), static_cast<int64_t>(x.size()), 31, -1.0f, 1.0f, cx.stream);
   fill_uniform(wr.data(), static_cast<int64_t>(wr.size()), 32, -0.05f, 0.05f, cx.stream);
   DeviceBuffer<float> bias(kNumExperts);
@@ -287,21 +285,21 @@ json bench_other(Context& cx, Gemm& gemm) {
   DeviceBuffer<float> wts(static_cast<size_t>(tokens * kTopK));
   DeviceBuffer<int32_t> counts(kNumExperts), offsets(kNumExperts + 1), dest(static_cast<size_t>(tokens * kTopK)),
       scratch(static_cast<size_t>(permute_plan_scratch(tokens * kTopK, kNumExperts)));
-  DeviceBuffer<uint16_t> xp(static_cast<size_t>(tokens * kTopK * kLatent));
-  DeviceBuffer<uint16_t> y(static_cast<size_t>(tokens * kLatent));
+  DeviceBuffer<bf16_bits> xp(static_cast<size_t>(tokens * kTopK * kLatent));
+  DeviceBuffer<bf16_bits> y(static_cast<size_t>(tokens * kLatent));
   const GemmShape router_shape{tokens, kNumExperts, kHidden, Trans::none, Trans::transpose, OutType::fp32};
   const int64_t vocab_rows = 1024;
   const int64_t vocab = 163840;
-  DeviceBuffer<uint16_t> vlogits(static_cast<size_t>(vocab_rows * vocab));
+  DeviceBuffer<bf16_bits> vlogits(static_cast<size_t>(vocab_rows * vocab));
   fill_uniform(vlogits.data(), static_cast<int64_t>(vlogits.size()), 33, -4.0f, 4.0f, cx.stream);
-  DeviceBuffer<uint16_t> dlogits(vlogits.size());
+  DeviceBuffer<bf16_bits> dlogits(vlogits.size());
   DeviceBuffer<int32_t> targets(static_cast<size_t>(vocab_rows));
   MOESIM_CUDA_CHECK(cudaMemsetAsync(targets.data(), 0, targets.bytes(), cx.stream));
   DeviceBuffer<float> loss(static_cast<size_t>(vocab_rows));
   const int64_t nparam = 256 << 20;
   DeviceBuffer<float> master(static_cast<size_t>(nparam)), grad(static_cast<size_t>(nparam)), m(static_cast<size_t>(nparam)),
       v(static_cast<size_t>(nparam));
-  DeviceBuffer<uint16_t> param(static_cast<size_t>(nparam));
+  DeviceBuffer<bf16_bits> param(static_cast<size_t>(nparam));
   for (auto* b : {&master, &grad, &m, &v}) MOESIM_CUDA_CHECK(cudaMemsetAsync(b->data(), 0, b->bytes(), cx.stream));
   // The router GEMM first so that the selection below runs on real logits.
   gemm.run(router_shape, x.data(), wr.data(), logits.data(), 1.0f, 0.0f, cx.stream);
@@ -379,18 +377,83 @@ double used_bytes(int device) {
   return static_cast<double>(total_b - free_b);
 }
 
-// Collectives over the first n GPUs for each n in 2, 4, 8, ... up to the GPUs present. Each repeat
-// is timed per rank between events on its stream; a repeat's time is the slowest rank's. Each kind
-// runs on a communicator of its own, and for the first group size `communicator_bytes[kind]` gets
-// what that communicator holds once it has run the kind at every size: the growth of device
-// memory over the communicator's life, the largest over the GPUs.
+// The kinds calibration measures, in the file's order.
+constexpr std::array<OpKind, 4> kCollectiveKinds = {OpKind::all_reduce, OpKind::all_gather, OpKind::reduce_scatter,
+                                                    OpKind::all_to_all};
+
+std::vector<double> collective_sizes(bool quick) {
+  return quick ? std::vector<double>{1 << 20, 256 << 20}
+               : std::vector<double>{64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30};
+}
+
+// One rank's part of a collective: its communicator, stream and BF16 buffers.
+struct RankCall {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  const bf16_bits* send = nullptr;
+  bf16_bits* recv = nullptr;
+};
+
+// Issues `kind` over a group of n ranks, each contributing `per_rank` BF16 elements (nccl-tests'
+// layout: all-reduce of n x per_rank elements; all-gather and reduce-scatter of per_rank per rank;
+// all-to-all as grouped sends and receives of per_rank to and from every peer), for every rank in
+// `ranks` inside one NCCL group: all of a group's ranks when one thread drives every GPU, or this
+// process's one rank.
+void issue_collective(OpKind kind, std::span<const RankCall> ranks, int64_t n, size_t per_rank) {
+  const size_t all = per_rank * static_cast<size_t>(n);
+  MOESIM_NCCL_CHECK(ncclGroupStart());
+  for (const RankCall& r : ranks) {
+    switch (kind) {
+      case OpKind::all_reduce:
+        MOESIM_NCCL_CHECK(ncclAllReduce(r.send, r.recv, all, ncclBfloat16, ncclSum, r.comm, r.stream));
+        break;
+      case OpKind::all_gather:
+        MOESIM_NCCL_CHECK(ncclAllGather(r.send, r.recv, per_rank, ncclBfloat16, r.comm, r.stream));
+        break;
+      case OpKind::reduce_scatter:
+        MOESIM_NCCL_CHECK(ncclReduceScatter(r.send, r.recv, per_rank, ncclBfloat16, ncclSum, r.comm, r.stream));
+        break;
+      case OpKind::all_to_all:
+        for (int64_t peer = 0; peer < n; ++peer) {
+          const size_t at = static_cast<size_t>(peer) * per_rank;
+          MOESIM_NCCL_CHECK(ncclSend(r.send + at, per_rank, ncclBfloat16, static_cast<int>(peer), r.comm, r.stream));
+          MOESIM_NCCL_CHECK(ncclRecv(r.recv + at, per_rank, ncclBfloat16, static_cast<int>(peer), r.comm, r.stream));
+        }
+        break;
+      default: throw BackendError("issue_collective: not a calibrated collective");
+    }
+  }
+  MOESIM_NCCL_CHECK(ncclGroupEnd());
+}
+
+// The measurements of one kind over one group: the file's table (busbw by size) and its samples.
+struct CollectiveSeries {
+  std::map<double, std::vector<double>> by_x;
+  json samples = json::array();
+
+  void add(const CollectiveRow& r) {
+    by_x[r.size_bytes].push_back(r.busbw_bytes_per_s);
+    samples.push_back({{"bytes", r.size_bytes}, {"count", r.count}, {"type", r.type.name}, {"redop", r.redop},
+                       {"seconds", r.time_s}, {"algbw", r.algbw_bytes_per_s}, {"busbw", r.busbw_bytes_per_s}});
+  }
+  json to_json() const {
+    json tb = table("bytes", "busbw_bytes_per_s", by_x);
+    tb["samples"] = samples;
+    return tb;
+  }
+};
+
+// Collectives over the first n GPUs for each n in 2, 4, 8, ... up to the GPUs present, one host
+// thread driving them all (timer.hpp: a repeat's time is the slowest rank's). Each kind runs on a
+// communicator of its own, and for the first group size `communicator_bytes[kind]` gets what that
+// communicator holds once it has run the kind at every size: the growth of device memory over the
+// communicator's life, the largest over the GPUs.
 json bench_collectives(Context& cx, int num_gpus, std::map<std::string, double>& communicator_bytes) {
   json out = json::object();
   if (num_gpus < 2) return out;
-  const std::vector<double> sizes = cx.opt.quick ? std::vector<double>{1 << 20, 256 << 20}
-                                                 : std::vector<double>{64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20,
-                                                                       64 << 20, 256 << 20, 1 << 30};
-  cx.summary += "\nNCCL (bf16)      kind            n        bytes   algbw GB/s  busbw GB/s\n";
+  const std::vector<double> sizes = collective_sizes(cx.opt.quick);
+  cx.summary += "\nNCCL collectives (nccl-tests' size, count, algbw, busbw; median of the repeats)\n" +
+                collective_table_header(false);
   std::vector<int> group_sizes;
   for (int n = 2; n <= num_gpus; n *= 2) group_sizes.push_back(n);
   if (num_gpus > 2 && group_sizes.back() != num_gpus) group_sizes.push_back(num_gpus);  // --devices 6: 2, 4, 6
@@ -398,7 +461,7 @@ json bench_collectives(Context& cx, int num_gpus, std::map<std::string, double>&
     std::vector<int> devices(static_cast<size_t>(n));
     std::iota(devices.begin(), devices.end(), 0);
     const auto max_bytes = static_cast<size_t>(sizes.back());
-    std::vector<DeviceBuffer<uint16_t>> send, recv;
+    std::vector<DeviceBuffer<bf16_bits>> send, recv;
     for (int r = 0; r < n; ++r) {
       MOESIM_CUDA_CHECK(cudaSetDevice(r));
       send.emplace_back(max_bytes / 2);
@@ -406,84 +469,34 @@ json bench_collectives(Context& cx, int num_gpus, std::map<std::string, double>&
       fill_uniform(send.back().data(), static_cast<int64_t>(max_bytes / 2), 40 + static_cast<uint64_t>(r), -1.0f, 1.0f, nullptr);
       MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
     }
-    std::vector<const void*> sp;
-    std::vector<void*> rp;
-    for (int r = 0; r < n; ++r) {
-      sp.push_back(send[static_cast<size_t>(r)].data());
-      rp.push_back(recv[static_cast<size_t>(r)].data());
-    }
-    for (const std::string kind : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}) {
+    for (const OpKind kind : kCollectiveKinds) {
+      const std::string name(enum_name(kind));
       std::vector<double> before;
       for (int r = 0; r < n; ++r) before.push_back(used_bytes(r));
       NcclGroup group(devices);
-      std::map<double, std::vector<double>> by_x;
-      json samples = json::array();
-      for (double bytes : sizes) {
-        // nccl-tests' size: the buffer of all ranks' data (all-gather: the output; reduce-scatter: the input).
-        const size_t elems = static_cast<size_t>(bytes) / 2;
-        const size_t per_rank = elems / static_cast<size_t>(n);
-        const auto issue = [&] {
-          if (kind == "all_reduce") {
-            group.all_reduce(sp, rp, elems, ncclBfloat16);
-          } else if (kind == "all_gather") {
-            group.all_gather(sp, rp, per_rank, ncclBfloat16);
-          } else if (kind == "reduce_scatter") {
-            group.reduce_scatter(sp, rp, per_rank, ncclBfloat16);
-          } else {
-            const std::vector<std::vector<size_t>> counts(static_cast<size_t>(n), std::vector<size_t>(static_cast<size_t>(n), per_rank));
-            group.all_to_all_v(sp, rp, counts, ncclBfloat16);
-          }
-        };
-        for (int i = 0; i < cx.s.warmup; ++i) issue();
-        std::vector<cudaEvent_t> ev(static_cast<size_t>(2 * n * cx.s.repeats));
-        for (int r = 0; r < n; ++r) {
-          MOESIM_CUDA_CHECK(cudaSetDevice(r));
-          for (int i = 0; i < cx.s.repeats; ++i) {
-            MOESIM_CUDA_CHECK(cudaEventCreate(&ev[static_cast<size_t>(2 * (r * cx.s.repeats + i))]));
-            MOESIM_CUDA_CHECK(cudaEventCreate(&ev[static_cast<size_t>(2 * (r * cx.s.repeats + i) + 1)]));
-          }
-        }
-        for (int i = 0; i < cx.s.repeats; ++i) {
-          for (int r = 0; r < n; ++r) {
-            MOESIM_CUDA_CHECK(cudaSetDevice(r));
-            MOESIM_CUDA_CHECK(cudaEventRecord(ev[static_cast<size_t>(2 * (r * cx.s.repeats + i))], group.stream(r)));
-          }
-          issue();
-          for (int r = 0; r < n; ++r) {
-            MOESIM_CUDA_CHECK(cudaSetDevice(r));
-            MOESIM_CUDA_CHECK(cudaEventRecord(ev[static_cast<size_t>(2 * (r * cx.s.repeats + i) + 1)], group.stream(r)));
-          }
-        }
-        group.synchronize();
-        std::vector<double> seconds;
-        for (int i = 0; i < cx.s.repeats; ++i) {
-          double worst = 0;
-          for (int r = 0; r < n; ++r) {
-            float ms = 0;
-            MOESIM_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[static_cast<size_t>(2 * (r * cx.s.repeats + i))],
-                                                   ev[static_cast<size_t>(2 * (r * cx.s.repeats + i) + 1)]));
-            worst = std::max(worst, ms * 1e-3);
-          }
-          seconds.push_back(worst);
-        }
-        for (auto e : ev) (void)cudaEventDestroy(e);
-        const Timing t = summarize(seconds);
-        const double size = 2.0 * static_cast<double>(per_rank) * n;  // rounded to whole elements per rank
-        const double algbw = size / t.median_s;
-        const double factor = kind == "all_reduce" ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
-        by_x[size].push_back(algbw * factor);
-        samples.push_back({{"bytes", size}, {"seconds", t.median_s}, {"algbw", algbw}, {"busbw", algbw * factor}});
-        cx.summary += "                 " + kind + std::string(16 - kind.size(), ' ') + fmt("%2.0f  %11.4g  %10.1f  %10.1f\n", n, size, algbw / 1e9, algbw * factor / 1e9);
+      std::vector<RankCall> calls;
+      std::vector<DeviceStream> streams;
+      for (int r = 0; r < n; ++r) {
+        calls.push_back({group.comm(r), group.stream(r), send[static_cast<size_t>(r)].data(), recv[static_cast<size_t>(r)].data()});
+        streams.push_back({group.device(r), group.stream(r)});
       }
-      json tb = table("bytes", "busbw_bytes_per_s", by_x);
-      tb["samples"] = samples;
-      out[kind][std::to_string(n)] = tb;
-      cx.log("collectives: " + kind + " over " + std::to_string(n) + " GPUs done");
+      CollectiveSeries series;
+      for (double bytes : sizes) {
+        const int64_t per_rank = collective_elements_per_rank(bytes, n);
+        const Timing t = summarize(time_repeats(streams, cx.s.warmup, cx.s.repeats, [&](int) {
+          issue_collective(kind, calls, n, static_cast<size_t>(per_rank));
+        }));
+        const CollectiveRow row = collective_row(kind, n, per_rank, t.median_s);
+        series.add(row);
+        cx.summary += collective_table_line(row);
+      }
+      out[name][std::to_string(n)] = series.to_json();
+      cx.log("collectives: " + name + " over " + std::to_string(n) + " GPUs done");
       if (n == 2) {
         group.synchronize();
         double grown = 0;
         for (int r = 0; r < n; ++r) grown = std::max(grown, used_bytes(r) - before[static_cast<size_t>(r)]);
-        communicator_bytes[kind] = std::max(0.0, grown);
+        communicator_bytes[name] = std::max(0.0, grown);
       }
     }
   }
@@ -494,24 +507,26 @@ json bench_collectives(Context& cx, int num_gpus, std::map<std::string, double>&
 // Collectives with one rank per process (`mpirun -np N moesim calibrate`): each process drives its
 // own GPU and joins, by ncclCommInitRank with ids process 0 made, the groups of
 // collective_layouts (rank_bootstrap.hpp): within a node, and across nodes when the job spans
-// several. Sizes, kinds, factors and timing as bench_collectives: per repeat each member records
-// events around its own call; process 0 takes the slowest member's time of each repeat (over
-// every group of the layout: the nodes' groups run at once), then the median. Tables within a node
-// go to `intra` (the "collectives" of the file), tables across nodes to `inter`
-// ("collectives_inter_node", with the nodes and ranks per node they span).
+// several. Sizes, kinds, the issue and the table as bench_collectives; every member times its own
+// calls (timer.hpp, with a barrier after the warm-ups so that every group starts its repeats
+// together), and process 0 takes the slowest member's time of each repeat (over every group of the
+// layout: the nodes' groups run at once), then the median. Tables within a node go to `intra`
+// (the "collectives" of the file), tables across nodes to `inter` ("collectives_inter_node", with
+// the nodes and ranks per node they span).
 void bench_collectives_across_processes(Context& cx, Distributed& job, const ProcessPlacement& place, int device,
                                         json& intra, json& inter, std::map<std::string, double>& communicator_bytes) {
-  const std::vector<double> sizes = cx.opt.quick ? std::vector<double>{1 << 20, 256 << 20}
-                                                 : std::vector<double>{64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20,
-                                                                       64 << 20, 256 << 20, 1 << 30};
+  const std::vector<double> sizes = collective_sizes(cx.opt.quick);
   const auto max_bytes = static_cast<size_t>(sizes.back());
-  DeviceBuffer<uint16_t> send(max_bytes / 2), recv(max_bytes / 2);
+  DeviceBuffer<bf16_bits> send(max_bytes / 2), recv(max_bytes / 2);
   fill_uniform(send.data(), static_cast<int64_t>(max_bytes / 2), 40 + static_cast<uint64_t>(job.rank()), -1.0f, 1.0f, nullptr);
   cudaStream_t stream = nullptr;
   MOESIM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
   const bool root = job.rank() == 0;
-  if (root) cx.summary += "\nNCCL (bf16, one process per GPU)  kind    tier         n        bytes   algbw GB/s  busbw GB/s\n";
+  if (root) {
+    cx.summary += "\nNCCL collectives, one process per GPU (nccl-tests' size, count, algbw, busbw; median of the repeats)\n" +
+                  collective_table_header(true);
+  }
   for (const CollectiveLayout& layout : collective_layouts(place)) {
     int group = -1, index = -1;  // this process's group in the layout and its rank in it
     for (size_t gi = 0; gi < layout.groups.size(); ++gi) {
@@ -524,7 +539,8 @@ void bench_collectives_across_processes(Context& cx, Distributed& job, const Pro
     }
     const int n = layout.n;
     const std::string tier = layout.inter_node ? "inter_node" : "intra_node";
-    for (const std::string kind : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}) {
+    for (const OpKind kind : kCollectiveKinds) {
+      const std::string name(enum_name(kind));
       const std::vector<std::string> ids = share_ids(job, layout.groups.size(), [] {
         ncclUniqueId id;
         MOESIM_NCCL_CHECK(ncclGetUniqueId(&id));
@@ -537,49 +553,19 @@ void bench_collectives_across_processes(Context& cx, Distributed& job, const Pro
         std::copy(ids[static_cast<size_t>(group)].begin(), ids[static_cast<size_t>(group)].end(), id.internal);
         MOESIM_NCCL_CHECK(ncclCommInitRank(&comm, n, id, index));
       }
-      std::map<double, std::vector<double>> by_x;
-      json samples = json::array();
+      const RankCall call{comm, stream, send.data(), recv.data()};
+      const DeviceStream mine_stream{device, stream};
+      CollectiveSeries series;
       for (double bytes : sizes) {
-        const size_t elems = static_cast<size_t>(bytes) / 2;
-        const size_t per_rank = elems / static_cast<size_t>(n);
-        const auto issue = [&] {
-          if (kind == "all_reduce") {
-            MOESIM_NCCL_CHECK(ncclAllReduce(send.data(), recv.data(), elems, ncclBfloat16, ncclSum, comm, stream));
-          } else if (kind == "all_gather") {
-            MOESIM_NCCL_CHECK(ncclAllGather(send.data(), recv.data(), per_rank, ncclBfloat16, comm, stream));
-          } else if (kind == "reduce_scatter") {
-            MOESIM_NCCL_CHECK(ncclReduceScatter(send.data(), recv.data(), per_rank, ncclBfloat16, ncclSum, comm, stream));
-          } else {
-            MOESIM_NCCL_CHECK(ncclGroupStart());
-            for (int peer = 0; peer < n; ++peer) {
-              const size_t at = static_cast<size_t>(peer) * per_rank;
-              MOESIM_NCCL_CHECK(ncclSend(send.data() + at, per_rank, ncclBfloat16, peer, comm, stream));
-              MOESIM_NCCL_CHECK(ncclRecv(recv.data() + at, per_rank, ncclBfloat16, peer, comm, stream));
-            }
-            MOESIM_NCCL_CHECK(ncclGroupEnd());
-          }
-        };
+        const int64_t per_rank = collective_elements_per_rank(bytes, n);
         std::vector<double> mine;  // this member's time per repeat
         if (comm) {
-          for (int i = 0; i < cx.s.warmup; ++i) issue();
-          MOESIM_CUDA_CHECK(cudaStreamSynchronize(stream));
-        }
-        job.barrier();  // every group starts its repeats together
-        if (comm) {
-          std::vector<cudaEvent_t> ev(static_cast<size_t>(2 * cx.s.repeats));
-          for (auto& e : ev) MOESIM_CUDA_CHECK(cudaEventCreate(&e));
-          for (int i = 0; i < cx.s.repeats; ++i) {
-            MOESIM_CUDA_CHECK(cudaEventRecord(ev[static_cast<size_t>(2 * i)], stream));
-            issue();
-            MOESIM_CUDA_CHECK(cudaEventRecord(ev[static_cast<size_t>(2 * i + 1)], stream));
-          }
-          MOESIM_CUDA_CHECK(cudaStreamSynchronize(stream));
-          for (int i = 0; i < cx.s.repeats; ++i) {
-            float ms = 0;
-            MOESIM_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[static_cast<size_t>(2 * i)], ev[static_cast<size_t>(2 * i + 1)]));
-            mine.push_back(static_cast<double>(ms) * 1e-3);
-          }
-          for (auto e : ev) (void)cudaEventDestroy(e);
+          mine = time_repeats(
+              std::span(&mine_stream, 1), cx.s.warmup, cx.s.repeats,
+              [&](int) { issue_collective(kind, std::span(&call, 1), n, static_cast<size_t>(per_rank)); },
+              [&] { job.barrier(); });
+        } else {
+          job.barrier();  // the members' barrier after their warm-ups
         }
         const std::vector<std::string> all =
             job.gather(std::string(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(double)));
@@ -593,14 +579,9 @@ void bench_collectives_across_processes(Context& cx, Distributed& job, const Pro
             seconds[i] = std::max(seconds[i], v);
           }
         }
-        const Timing t = summarize(seconds);
-        const double size = 2.0 * static_cast<double>(per_rank) * n;  // rounded to whole elements per rank
-        const double algbw = size / t.median_s;
-        const double factor = kind == "all_reduce" ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
-        by_x[size].push_back(algbw * factor);
-        samples.push_back({{"bytes", size}, {"seconds", t.median_s}, {"algbw", algbw}, {"busbw", algbw * factor}});
-        cx.summary += "                                  " + kind + std::string(16 - kind.size(), ' ') + tier +
-                      fmt("  %2.0f  %11.4g  %10.1f  %10.1f\n", n, size, algbw / 1e9, algbw * factor / 1e9);
+        const CollectiveRow row = collective_row(kind, n, per_rank, summarize(seconds).median_s);
+        series.add(row);
+        cx.summary += collective_table_line(row, tier);
       }
       if (comm) {
         MOESIM_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -614,18 +595,17 @@ void bench_collectives_across_processes(Context& cx, Distributed& job, const Pro
       if (!layout.inter_node && n == 2) {
         double most = 0;
         for (const std::string& g : growth) most = std::max(most, std::stod(g));
-        communicator_bytes[kind] = most;
+        communicator_bytes[name] = most;
       }
-      json tb = table("bytes", "busbw_bytes_per_s", by_x);
-      tb["samples"] = samples;
+      json tb = series.to_json();
       if (layout.inter_node) {
         tb["nodes"] = layout.nodes;
         tb["ranks_per_node"] = layout.ranks_per_node;
-        inter[kind][std::to_string(n)] = tb;
+        inter[name][std::to_string(n)] = tb;
       } else {
-        intra[kind][std::to_string(n)] = tb;
+        intra[name][std::to_string(n)] = tb;
       }
-      cx.log("collectives: " + kind + " over " + std::to_string(n) + " processes (" + tier + ") done");
+      cx.log("collectives: " + name + " over " + std::to_string(n) + " processes (" + tier + ") done");
     }
   }
   MOESIM_CUDA_CHECK(cudaStreamDestroy(stream));
@@ -689,7 +669,7 @@ json bench_attention(Context& cx) {
       env.in = &dry_in;
       env.out = &dry_out;
       launch_op(env, p, i);
-      DeviceBuffer<uint16_t> in_buf(dry_in.high_water() / 2 + 128), out_buf(dry_out.high_water() / 2 + 128);
+      DeviceBuffer<bf16_bits> in_buf(dry_in.high_water() / 2 + 128), out_buf(dry_out.high_water() / 2 + 128);
       fill_uniform(in_buf.data(), static_cast<int64_t>(in_buf.size()), 51, -1.0f, 1.0f, cx.stream);
       fill_uniform(out_buf.data(), static_cast<int64_t>(out_buf.size()), 52, -1.0f, 1.0f, cx.stream);
       Arena in(in_buf.data(), in_buf.bytes()), out(out_buf.data(), out_buf.bytes());

@@ -17,6 +17,8 @@
 #include "backend/cuda/device.hpp"
 #include "backend/cuda/gemm.hpp"
 #include "backend/cuda/kernels.hpp"
+#include "backend/cuda/nvtx.hpp"
+#include "backend/cuda/timer.hpp"
 #include "backend/rank_bootstrap.hpp"
 #include "core/error.hpp"
 
@@ -156,12 +158,6 @@ int visible_gpus() { return device_count(); }
 
 namespace {
 
-Picoseconds elapsed_ps(cudaEvent_t from, cudaEvent_t to) {
-  float ms = 0;
-  MOESIM_CUDA_CHECK(cudaEventElapsedTime(&ms, from, to));
-  return static_cast<Picoseconds>(std::llround(static_cast<double>(ms) * 1e9));
-}
-
 template <class T>
 T* device_alloc(size_t count, std::vector<void*>& owned) {
   if (count == 0) return nullptr;
@@ -182,7 +178,7 @@ T* upload(const std::vector<T>& host, std::vector<void*>& owned) {
 // carved from it read two of them: finite, non-zero).
 void fill_random(void* p, size_t bytes, uint64_t seed, cudaStream_t stream) {
   if (p == nullptr || bytes < 2) return;
-  fill_uniform(static_cast<uint16_t*>(p), static_cast<int64_t>(bytes / 2), seed, -1.0f, 1.0f, stream);
+  fill_uniform(static_cast<bf16_bits*>(p), static_cast<int64_t>(bytes / 2), seed, -1.0f, 1.0f, stream);
 }
 
 // The rank's index tables: valid token ids, distinct experts per token, the permutation that
@@ -313,8 +309,11 @@ struct RankState {
   std::array<Arena, kNumQueues> out{};
   IndexTables tables;
   OptimizerState optimizer;
-  cudaEvent_t step_start = nullptr;
-  std::vector<cudaEvent_t> start, end;
+  // The step's events (timer.hpp): the step's start, then each op's start and end.
+  EventPool events;
+  static constexpr size_t kStepStart = 0;
+  static size_t start_event(size_t op) { return 1 + 2 * op; }
+  static size_t end_event(size_t op) { return 2 + 2 * op; }
   RankRun run;
   std::vector<Picoseconds> op_start, op_end;
 
@@ -322,9 +321,7 @@ struct RankState {
     if (device < 0) return;
     (void)cudaSetDevice(device);
     (void)cudaDeviceSynchronize();
-    for (cudaEvent_t e : start) (void)cudaEventDestroy(e);
-    for (cudaEvent_t e : end) (void)cudaEventDestroy(e);
-    if (step_start) (void)cudaEventDestroy(step_start);
+    events = EventPool();
     gemm.reset();
     sdpa.reset();
     for (void* p : owned) (void)cudaFree(p);
@@ -350,7 +347,7 @@ void setup_rank(RankState& r, const Scenario& sc, const StepGraph& g, bool cudnn
   }
   // Persistent state, for real.
   const PersistentMemory& pm = r.program->persistent;
-  auto* params = device_alloc<uint16_t>(static_cast<size_t>(pm.params / 2), r.owned);
+  auto* params = device_alloc<bf16_bits>(static_cast<size_t>(pm.params / 2), r.owned);
   auto* master = device_alloc<float>(static_cast<size_t>(pm.master_params / 4), r.owned);
   auto* grads = device_alloc<float>(static_cast<size_t>(pm.grads / 4), r.owned);
   auto* states = device_alloc<float>(static_cast<size_t>(pm.optimizer_states / 4), r.owned);
@@ -391,34 +388,34 @@ void setup_rank(RankState& r, const Scenario& sc, const StepGraph& g, bool cudnn
   r.pinned_bytes = pinned_bytes_needed(*r.program);
   if (r.pinned_bytes > 0) MOESIM_CUDA_CHECK(cudaMallocHost(&r.pinned, r.pinned_bytes));
 
-  const size_t n = r.program->ops.size();
-  r.start.resize(n);
-  r.end.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    MOESIM_CUDA_CHECK(cudaEventCreate(&r.start[i]));
-    MOESIM_CUDA_CHECK(cudaEventCreate(&r.end[i]));
-  }
-  MOESIM_CUDA_CHECK(cudaEventCreate(&r.step_start));
+  r.events = EventPool(1 + 2 * r.program->ops.size());
 }
 
-// Issues one step on the rank's streams (the host runs ahead; the GPU follows the dependencies).
+// Issues one step on the rank's streams (the host runs ahead; the GPU follows the dependencies),
+// each op inside an NVTX range named as the simulator's trace names it (nvtx.hpp), within one per
+// run of ops of a micro-batch.
 void issue_step(RankState& r, const StepGraph& g, const Scenario& sc, const Comms& comms, bool cudnn_attention) {
   const Program& p = *r.program;
+  NvtxMicroBatchRange micro_range;
   cudaStream_t s0 = r.streams[kComputeQueue];
-  MOESIM_CUDA_CHECK(cudaEventRecord(r.step_start, s0));
+  r.events.record(RankState::kStepStart, s0);
   for (int q = 0; q < kNumQueues; ++q) {
     cudaStream_t s = r.streams[static_cast<size_t>(q)];
-    if (s && q != kComputeQueue) MOESIM_CUDA_CHECK(cudaStreamWaitEvent(s, r.step_start, 0));
+    if (s && q != kComputeQueue) MOESIM_CUDA_CHECK(cudaStreamWaitEvent(s, r.events[RankState::kStepStart], 0));
   }
   for (uint32_t i = 0; i < p.ops.size(); ++i) {
     const Op& op = p.ops[i];
+    micro_range.enter(op.micro);
+    const NvtxRange op_range(p.name_of(op));
     const int q = r.queues.queue[i];
     cudaStream_t s = r.streams[static_cast<size_t>(q)];
-    for (uint32_t d : r.queues.waits[i]) MOESIM_CUDA_CHECK(cudaStreamWaitEvent(s, r.end[d], 0));
+    for (uint32_t d : r.queues.waits[i]) MOESIM_CUDA_CHECK(cudaStreamWaitEvent(s, r.events[RankState::end_event(d)], 0));
     if (r.slab) {
-      for (uint32_t d : r.slab_plan.waits[i]) MOESIM_CUDA_CHECK(cudaStreamWaitEvent(s, r.end[d], 0));
+      for (uint32_t d : r.slab_plan.waits[i]) {
+        MOESIM_CUDA_CHECK(cudaStreamWaitEvent(s, r.events[RankState::end_event(d)], 0));
+      }
     }
-    MOESIM_CUDA_CHECK(cudaEventRecord(r.start[i], s));
+    r.events.record(RankState::start_event(i), s);
     OpEnv env;
     env.graph = &g;
     env.model = &sc.model;
@@ -448,7 +445,7 @@ void issue_step(RankState& r, const StepGraph& g, const Scenario& sc, const Comm
       env.comm = comms.of[static_cast<size_t>(r.rank)][static_cast<size_t>(communicator_of(op))];
     }
     launch_op(env, p, i);
-    MOESIM_CUDA_CHECK(cudaEventRecord(r.end[i], s));
+    r.events.record(RankState::end_event(i), s);
   }
 }
 
@@ -459,8 +456,8 @@ void collect_step(RankState& r) {
   r.op_end.resize(n);
   Picoseconds last = 0;
   for (size_t i = 0; i < n; ++i) {
-    r.op_start[i] = std::max<Picoseconds>(0, elapsed_ps(r.step_start, r.start[i]));
-    r.op_end[i] = std::max(r.op_start[i], elapsed_ps(r.step_start, r.end[i]));
+    r.op_start[i] = std::max<Picoseconds>(0, r.events.picoseconds_between(RankState::kStepStart, RankState::start_event(i)));
+    r.op_end[i] = std::max(r.op_start[i], r.events.picoseconds_between(RankState::kStepStart, RankState::end_event(i)));
     last = std::max(last, r.op_end[i]);
   }
   r.run.end = last;
@@ -539,11 +536,17 @@ std::unique_ptr<RankState> prepare_rank(const Scenario& sc, const StepGraph& g, 
 }
 
 // One step of a rank after the host barrier that starts it: issue, wait, read the op times; the
-// last warm-up step places the slab; a measured step is kept.
+// last warm-up step places the slab; a measured step is kept. The step's NVTX range spans the issue
+// and the wait for the GPU, so that on the host's timeline it lasts as long as the step.
 void run_step(RankState& r, const StepGraph& g, const Scenario& sc, const Comms& comms, bool cudnn_attention,
               const ExecOptions& opt, int step, RankMeasurement& kept) {
-  issue_step(r, g, sc, comms, cudnn_attention);
-  collect_step(r);
+  const bool warmup = step < opt.warmup_steps;
+  {
+    const NvtxRange step_range((warmup ? "warm-up step " : "step ") +
+                               std::to_string(warmup ? step : step - opt.warmup_steps));
+    issue_step(r, g, sc, comms, cudnn_attention);
+    collect_step(r);
+  }
   if (step == opt.warmup_steps - 1) place_slab(r);
   if (step >= opt.warmup_steps) {
     RankRun run = r.run;

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "backend/cuda/check.hpp"
+#include "backend/cuda/timer.hpp"
 
 namespace moesim::cuda {
 
@@ -105,14 +106,11 @@ int64_t round_up_pow2(int64_t v) {
   return r;
 }
 
-// Frees the CUDA events and the saved copy of C however tuning ends.
-struct TuneScratch {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  void* saved = nullptr;
-  ~TuneScratch() {
-    if (start) (void)cudaEventDestroy(start);
-    if (stop) (void)cudaEventDestroy(stop);
-    if (saved) (void)cudaFree(saved);
+// Frees the saved copy of C however tuning ends.
+struct SavedOutput {
+  void* bytes = nullptr;
+  ~SavedOutput() {
+    if (bytes) (void)cudaFree(bytes);
   }
 };
 
@@ -151,43 +149,43 @@ void Gemm::tune(Plan& p, const GemmShape& s, const void* a, const void* b, void*
 
   p.chosen = 0;
   if (p.algos.size() > 1) {
-    // Enough timed runs for about half a millisecond per algorithm: a small GEMM takes a few
-    // microseconds, where five runs would let event resolution and jitter pick the algorithm.
-    constexpr int kWarmup = 2;
-    constexpr double kGuessFlopsPerS = 500e12;  // a rough GEMM rate, only to size the number of trials
-    const double guess_s = s.flops() / kGuessFlopsPerS + 5e-6;
-    const int kTimed = static_cast<int>(std::clamp(std::ceil(5e-4 / guess_s), 5.0, 50.0));
-    TuneScratch t;
     const size_t c_bytes =
-        static_cast<size_t>(s.m) * static_cast<size_t>(s.n) * (s.out == OutType::bf16 ? sizeof(uint16_t) : sizeof(float));
+        static_cast<size_t>(s.m) * static_cast<size_t>(s.n) * (s.out == OutType::bf16 ? sizeof(bf16_bits) : sizeof(float));
+    SavedOutput saved;
     if (beta != 0.0f) {  // the trial runs overwrite C, which this GEMM also reads
-      MOESIM_CUDA_CHECK(cudaMalloc(&t.saved, c_bytes));
-      MOESIM_CUDA_CHECK(cudaMemcpyAsync(t.saved, c, c_bytes, cudaMemcpyDeviceToDevice, stream));
+      MOESIM_CUDA_CHECK(cudaMalloc(&saved.bytes, c_bytes));
+      MOESIM_CUDA_CHECK(cudaMemcpyAsync(saved.bytes, c, c_bytes, cudaMemcpyDeviceToDevice, stream));
     }
-    MOESIM_CUDA_CHECK(cudaEventCreate(&t.start));
-    MOESIM_CUDA_CHECK(cudaEventCreate(&t.stop));
-    float best_ms = std::numeric_limits<float>::infinity();
+    // Algorithm i by timer.hpp's convention; +infinity when cuBLASLt refuses it at run time (an
+    // algorithm the heuristic ranks may still refuse the problem).
+    const auto trial_s = [&](size_t i, int warmup, int repeats) {
+      if (beta != 0.0f) MOESIM_CUDA_CHECK(cudaMemcpyAsync(c, saved.bytes, c_bytes, cudaMemcpyDeviceToDevice, stream));
+      bool ok = true;
+      const Timing t = time_on_stream(stream, warmup, repeats, [&](int) {
+        if (ok) ok = matmul(p, i, a, b, c, alpha, beta, stream) == CUBLAS_STATUS_SUCCESS;
+      });
+      return ok ? t.median_s : std::numeric_limits<double>::infinity();
+    };
+    // Enough timed runs for about half a millisecond per algorithm: a small GEMM takes a few
+    // microseconds, where five runs would let event resolution and jitter pick the algorithm. The
+    // device itself says how long a run takes: one timed run of the heuristic's first.
+    constexpr int kWarmup = 2;
+    const double probe_s = trial_s(0, 1, 1);
+    const double per_run_s = std::isfinite(probe_s) ? probe_s : 5e-4 / 5;
+    const int num_timed = static_cast<int>(std::clamp(std::ceil(5e-4 / std::max(per_run_s, 1e-7)), 5.0, 50.0));
+    double best_s = std::numeric_limits<double>::infinity();
     int best = -1;
     for (size_t i = 0; i < p.algos.size(); ++i) {
-      if (beta != 0.0f) MOESIM_CUDA_CHECK(cudaMemcpyAsync(c, t.saved, c_bytes, cudaMemcpyDeviceToDevice, stream));
-      bool ok = true;
-      for (int w = 0; w < kWarmup && ok; ++w) ok = matmul(p, i, a, b, c, alpha, beta, stream) == CUBLAS_STATUS_SUCCESS;
-      if (!ok) continue;  // an algorithm the heuristic ranks may still refuse the problem at run time
-      MOESIM_CUDA_CHECK(cudaEventRecord(t.start, stream));
-      for (int r = 0; r < kTimed && ok; ++r) ok = matmul(p, i, a, b, c, alpha, beta, stream) == CUBLAS_STATUS_SUCCESS;
-      MOESIM_CUDA_CHECK(cudaEventRecord(t.stop, stream));
-      MOESIM_CUDA_CHECK(cudaEventSynchronize(t.stop));
-      float ms = 0.0f;
-      MOESIM_CUDA_CHECK(cudaEventElapsedTime(&ms, t.start, t.stop));
-      if (ok && ms < best_ms) {
-        best_ms = ms;
+      const double t = trial_s(i, kWarmup, num_timed);
+      if (t < best_s) {
+        best_s = t;
         best = static_cast<int>(i);
       }
     }
     if (best >= 0) p.chosen = best;
     if (beta != 0.0f) {
-      MOESIM_CUDA_CHECK(cudaMemcpyAsync(c, t.saved, c_bytes, cudaMemcpyDeviceToDevice, stream));
-      MOESIM_CUDA_CHECK(cudaStreamSynchronize(stream));  // before ~TuneScratch frees the copy
+      MOESIM_CUDA_CHECK(cudaMemcpyAsync(c, saved.bytes, c_bytes, cudaMemcpyDeviceToDevice, stream));
+      MOESIM_CUDA_CHECK(cudaStreamSynchronize(stream));  // before ~SavedOutput frees the copy
     }
   }
   if (key == TuneKey::rows_pow2) bucket_choice_[bucket_key] = p.algos[static_cast<size_t>(p.chosen)].algo;
@@ -202,8 +200,8 @@ void Gemm::run(const GemmShape& s, const void* a, const void* b, void* c, float 
   MOESIM_CUBLAS_CHECK(matmul(p, p.index_of_rank(algo_rank), a, b, c, alpha, beta, stream));
 }
 
-void grouped_gemm(Gemm& gemm, std::span<const int32_t> rows, int64_t n, int64_t k, Trans tb, const uint16_t* a,
-                  const uint16_t* b, int64_t b_stride, uint16_t* c, cudaStream_t stream) {
+void grouped_gemm(Gemm& gemm, std::span<const int32_t> rows, int64_t n, int64_t k, Trans tb, const bf16_bits* a,
+                  const bf16_bits* b, int64_t b_stride, bf16_bits* c, cudaStream_t stream) {
   int64_t offset = 0;
   for (size_t e = 0; e < rows.size(); ++e) {
     const int64_t m = rows[e];

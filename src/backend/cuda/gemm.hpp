@@ -7,8 +7,10 @@
 // one Gemm per device and thread.
 //
 // Autotuning: the first run of a shape times every algorithm the heuristic offers (up to
-// kMaxAlgorithms; 2 warm-up + 5 timed runs each, CUDA events on the caller's stream and buffers)
-// and keeps the fastest for that shape; C is saved first when beta != 0 and rewritten by a final
+// kMaxAlgorithms) on the caller's stream and buffers by timer.hpp's convention (2 warm-ups, then
+// the median of 5 to 50 runs each between its own events: as many as fill about half a
+// millisecond, sized by one timed run of the heuristic's first - the device's own rate, no peak
+// figure in code) and keeps the fastest for that shape; C is saved first when beta != 0 and rewritten by a final
 // run with the chosen algorithm, so the caller's result is the chosen algorithm's. On a stream
 // that is being captured into a CUDA graph nothing is timed: the heuristic's first choice runs and
 // nothing is cached. Grouped GEMMs (grouped_gemm) change their row counts every step, so their
@@ -26,6 +28,8 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+
+#include "backend/cuda/bf16.hpp"
 
 namespace moesim::cuda {
 
@@ -88,7 +92,7 @@ class Gemm {
 // rows[e] > 0, C_e = op(A_e) op(B_e) with A_e the rows [offset_e, offset_e + rows[e]) of A (k
 // columns), B_e = B + e * b_stride elements, C_e the same rows of C (n columns). A loop of cuBLASLt
 // calls: correct first; a grouped kernel can replace it behind this signature.
-void grouped_gemm(Gemm& gemm, std::span<const int32_t> rows, int64_t n, int64_t k, Trans tb, const uint16_t* a,
-                  const uint16_t* b, int64_t b_stride, uint16_t* c, cudaStream_t stream);
+void grouped_gemm(Gemm& gemm, std::span<const int32_t> rows, int64_t n, int64_t k, Trans tb, const bf16_bits* a,
+                  const bf16_bits* b, int64_t b_stride, bf16_bits* c, cudaStream_t stream);
 
 }  // namespace moesim::cuda

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Launchers for the backend's hand-written kernels (the GEMMs are in gemm.hpp). Each takes a
 // stream, computes its grid with a ceil-div, launches and checks the launch. BF16 tensors are
-// passed as uint16_t (the layout of __nv_bfloat16); all math accumulates in FP32. Row-major
+// passed as bf16_bits (the layout of __nv_bfloat16); all math accumulates in FP32. Row-major
 // tensors; `rows` counts tokens. Every kernel has a CPU reference in reference.hpp.
 #pragma once
 
@@ -9,26 +9,26 @@
 
 #include <cuda_runtime.h>
 
+#include "backend/cuda/bf16.hpp"
+
 namespace moesim::cuda {
 
-using bf16 = uint16_t;
-
 // RMSNorm: y = x / sqrt(mean(x^2) + eps) * w; rstd (rows) is kept for the backward pass.
-void rmsnorm_forward(const bf16* x, const bf16* w, bf16* y, float* rstd, int64_t rows, int64_t cols, float eps,
+void rmsnorm_forward(const bf16_bits* x, const bf16_bits* w, bf16_bits* y, float* rstd, int64_t rows, int64_t cols, float eps,
                      cudaStream_t stream);
 // dx = rstd * (g - xhat * mean(g * xhat)) with g = dy * w and xhat = x * rstd; dw = sum_rows dy * xhat (FP32).
-void rmsnorm_backward(const bf16* x, const bf16* w, const float* rstd, const bf16* dy, bf16* dx, float* dw,
+void rmsnorm_backward(const bf16_bits* x, const bf16_bits* w, const float* rstd, const bf16_bits* dy, bf16_bits* dx, float* dw,
                       int64_t rows, int64_t cols, cudaStream_t stream);
 
 // SwiGLU on the fused gate|up projection h [rows, 2f]: y = silu(gate) * up, y [rows, f].
-void swiglu_forward(const bf16* h, bf16* y, int64_t rows, int64_t f, cudaStream_t stream);
+void swiglu_forward(const bf16_bits* h, bf16_bits* y, int64_t rows, int64_t f, cudaStream_t stream);
 // dh [rows, 2f]: d gate = dy * up * silu'(gate), d up = dy * silu(gate).
-void swiglu_backward(const bf16* h, const bf16* dy, bf16* dh, int64_t rows, int64_t f, cudaStream_t stream);
+void swiglu_backward(const bf16_bits* h, const bf16_bits* dy, bf16_bits* dh, int64_t rows, int64_t f, cudaStream_t stream);
 
 // c = a + b (residual adds, gradient accumulation in BF16).
-void add(const bf16* a, const bf16* b, bf16* c, int64_t n, cudaStream_t stream);
+void add(const bf16_bits* a, const bf16_bits* b, bf16_bits* c, int64_t n, cudaStream_t stream);
 // A memory-bound copy at full bandwidth (calibration of the memory roofline).
-void copy(const bf16* src, bf16* dst, int64_t n, cudaStream_t stream);
+void copy(const bf16_bits* src, bf16_bits* dst, int64_t n, cudaStream_t stream);
 
 // Router selection on FP32 logits [tokens, num_experts]: scores = sigmoid(logits) or a softmax over
 // the experts; the top_k experts by score + bias (bias may be null: DeepSeek-V3's load-balancing
@@ -48,17 +48,17 @@ int64_t permute_plan_scratch(int64_t num_assign, int num_experts);
 void permute_plan(const int32_t* expert_index, int64_t num_assign, int num_experts, int32_t* counts, int32_t* offsets,
                   int32_t* dest_row, int32_t* scratch, cudaStream_t stream);
 // xp[dest_row[a]] = x[a / top_k] for every assignment a; xp has num_assign rows of `cols`.
-void permute_rows(const bf16* x, const int32_t* dest_row, int64_t num_assign, int top_k, int64_t cols, bf16* xp,
+void permute_rows(const bf16_bits* x, const int32_t* dest_row, int64_t num_assign, int top_k, int64_t cols, bf16_bits* xp,
                   cudaStream_t stream);
 // Back to token order with the combine weights: y[t] = sum_j weights[t, j] * yp[dest_row[t * top_k + j]].
-void unpermute_combine(const bf16* yp, const int32_t* dest_row, const float* weights, int64_t tokens, int top_k,
-                       int64_t cols, bf16* y, cudaStream_t stream);
+void unpermute_combine(const bf16_bits* yp, const int32_t* dest_row, const float* weights, int64_t tokens, int top_k,
+                       int64_t cols, bf16_bits* y, cudaStream_t stream);
 
 // Cross-entropy over logits [rows, vocab] with integer targets: loss[r] = logsumexp - logit[target]
 // (FP32), and when dlogits is not null its gradient grad_scale * (softmax - onehot) in BF16 (the
 // usual fused forward + backward; grad_scale is 1 / tokens for a mean loss).
-void cross_entropy(const bf16* logits, const int32_t* targets, int64_t rows, int64_t vocab, float grad_scale,
-                   float* loss, bf16* dlogits, cudaStream_t stream);
+void cross_entropy(const bf16_bits* logits, const int32_t* targets, int64_t rows, int64_t vocab, float grad_scale,
+                   float* loss, bf16_bits* dlogits, cudaStream_t stream);
 
 // One AdamW step on FP32 master weights with FP32 gradients and moments; writes the BF16 copy of
 // the weights the next forward pass reads. Decoupled weight decay (Loshchilov & Hutter):
@@ -74,11 +74,11 @@ struct AdamWConfig {
 };
 // `param` (the BF16 working copy) may be null: with FSDP2 mixed precision the BF16 weights are
 // cast when gathered, not kept.
-void adamw_step(float* master, const float* grad, float* m, float* v, bf16* param, int64_t n, const AdamWConfig& cfg,
+void adamw_step(float* master, const float* grad, float* m, float* v, bf16_bits* param, int64_t n, const AdamWConfig& cfg,
                 cudaStream_t stream);
 
 // Fills a BF16 buffer with uniform values in [lo, hi) from a counter-based hash of (seed, index):
 // large inputs for benchmarks without a host upload, never zeros.
-void fill_uniform(bf16* x, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream);
+void fill_uniform(bf16_bits* x, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream);
 
 }  // namespace moesim::cuda

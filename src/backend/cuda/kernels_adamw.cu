@@ -14,7 +14,7 @@ struct AdamWArgs {
 };
 
 __global__ void adamw_kernel(float* __restrict__ master, const float* __restrict__ grad, float* __restrict__ m,
-                             float* __restrict__ v, bf16* __restrict__ param, int64_t n, AdamWArgs a) {
+                             float* __restrict__ v, bf16_bits* __restrict__ param, int64_t n, AdamWArgs a) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float g = grad[i];
@@ -31,7 +31,7 @@ __global__ void adamw_kernel(float* __restrict__ master, const float* __restrict
 
 }  // namespace
 
-void adamw_step(float* master, const float* grad, float* m, float* v, bf16* param, int64_t n, const AdamWConfig& cfg,
+void adamw_step(float* master, const float* grad, float* m, float* v, bf16_bits* param, int64_t n, const AdamWConfig& cfg,
                 cudaStream_t stream) {
   if (cfg.step < 1) throw BackendError("adamw_step: step is 1-based");
   if (n == 0) return;

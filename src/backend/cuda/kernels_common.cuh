@@ -7,14 +7,16 @@
 
 #include <cuda_bf16.h>
 
+#include "backend/cuda/bf16.hpp"
+
 namespace moesim::cuda::detail {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-__device__ __forceinline__ float to_f(uint16_t b) {
+__device__ __forceinline__ float to_f(bf16_bits b) {
   return __bfloat162float(__ushort_as_bfloat16(b));
 }
-__device__ __forceinline__ uint16_t to_bf(float f) {
+__device__ __forceinline__ bf16_bits to_bf(float f) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 }
 
@@ -54,10 +56,10 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
 
 // V consecutive BF16 values loaded or stored as one access (V = 8: a uint4), converted to FP32.
 template <int V>
-__device__ __forceinline__ void load(const uint16_t* p, float* out) {
+__device__ __forceinline__ void load(const bf16_bits* p, float* out) {
   if constexpr (V == 8) {
     const uint4 raw = *reinterpret_cast<const uint4*>(p);
-    const auto* b = reinterpret_cast<const uint16_t*>(&raw);
+    const auto* b = reinterpret_cast<const bf16_bits*>(&raw);
 #pragma unroll
     for (int j = 0; j < 8; ++j) out[j] = to_f(b[j]);
   } else {
@@ -65,10 +67,10 @@ __device__ __forceinline__ void load(const uint16_t* p, float* out) {
   }
 }
 template <int V>
-__device__ __forceinline__ void store(uint16_t* p, const float* in) {
+__device__ __forceinline__ void store(bf16_bits* p, const float* in) {
   if constexpr (V == 8) {
     uint4 raw;
-    auto* b = reinterpret_cast<uint16_t*>(&raw);
+    auto* b = reinterpret_cast<bf16_bits*>(&raw);
 #pragma unroll
     for (int j = 0; j < 8; ++j) b[j] = to_bf(in[j]);
     *reinterpret_cast<uint4*>(p) = raw;

@@ -22,10 +22,10 @@ __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + __expf
 
 // One block per row (rows in a grid-stride loop); 8 values per access when f allows.
 template <int V>
-__global__ void swiglu_forward_kernel(const bf16* __restrict__ h, bf16* __restrict__ y, int64_t rows, int64_t f) {
+__global__ void swiglu_forward_kernel(const bf16_bits* __restrict__ h, bf16_bits* __restrict__ y, int64_t rows, int64_t f) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const bf16* gate = h + r * 2 * f;
-    const bf16* up = gate + f;
+    const bf16_bits* gate = h + r * 2 * f;
+    const bf16_bits* up = gate + f;
     for (int64_t c = threadIdx.x * V; c < f; c += blockDim.x * V) {
       float g[V], u[V];
       detail::load<V>(gate + c, g);
@@ -38,11 +38,11 @@ __global__ void swiglu_forward_kernel(const bf16* __restrict__ h, bf16* __restri
 }
 
 template <int V>
-__global__ void swiglu_backward_kernel(const bf16* __restrict__ h, const bf16* __restrict__ dy, bf16* __restrict__ dh,
+__global__ void swiglu_backward_kernel(const bf16_bits* __restrict__ h, const bf16_bits* __restrict__ dy, bf16_bits* __restrict__ dh,
                                        int64_t rows, int64_t f) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const bf16* gate = h + r * 2 * f;
-    const bf16* up = gate + f;
+    const bf16_bits* gate = h + r * 2 * f;
+    const bf16_bits* up = gate + f;
     for (int64_t c = threadIdx.x * V; c < f; c += blockDim.x * V) {
       float g[V], u[V], d[V], dg[V], du[V];
       detail::load<V>(gate + c, g);
@@ -61,7 +61,7 @@ __global__ void swiglu_backward_kernel(const bf16* __restrict__ h, const bf16* _
 }
 
 // Vectorised: 8 BF16 per 16-byte load when the count and pointers allow, else one at a time.
-__global__ void add_kernel(const bf16* __restrict__ a, const bf16* __restrict__ b, bf16* __restrict__ c, int64_t n) {
+__global__ void add_kernel(const bf16_bits* __restrict__ a, const bf16_bits* __restrict__ b, bf16_bits* __restrict__ c, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     c[i] = to_bf(to_f(a[i]) + to_f(b[i]));
@@ -74,10 +74,10 @@ __global__ void add_kernel_vec(const uint4* __restrict__ a, const uint4* __restr
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const uint4 va = a[i];
     const uint4 vb = b[i];
-    const auto* pa = reinterpret_cast<const bf16*>(&va);
-    const auto* pb = reinterpret_cast<const bf16*>(&vb);
+    const auto* pa = reinterpret_cast<const bf16_bits*>(&va);
+    const auto* pb = reinterpret_cast<const bf16_bits*>(&vb);
     uint4 vc;
-    auto* pc = reinterpret_cast<bf16*>(&vc);
+    auto* pc = reinterpret_cast<bf16_bits*>(&vc);
 #pragma unroll
     for (int j = 0; j < 8; ++j) pc[j] = to_bf(to_f(pa[j]) + to_f(pb[j]));
     c[i] = vc;
@@ -91,7 +91,7 @@ __global__ void copy_kernel_vec(const uint4* __restrict__ src, uint4* __restrict
   }
 }
 
-__global__ void copy_kernel(const bf16* __restrict__ src, bf16* __restrict__ dst, int64_t n) {
+__global__ void copy_kernel(const bf16_bits* __restrict__ src, bf16_bits* __restrict__ dst, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     dst[i] = src[i];
@@ -104,7 +104,7 @@ __device__ __forceinline__ uint64_t mix64(uint64_t z) {  // splitmix64's finalis
   return z ^ (z >> 31);
 }
 
-__global__ void fill_uniform_kernel(bf16* x, int64_t n, uint64_t seed, float lo, float hi) {
+__global__ void fill_uniform_kernel(bf16_bits* x, int64_t n, uint64_t seed, float lo, float hi) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const uint64_t r = mix64(seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(i));
@@ -119,7 +119,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 
-void swiglu_forward(const bf16* h, bf16* y, int64_t rows, int64_t f, cudaStream_t stream) {
+void swiglu_forward(const bf16_bits* h, bf16_bits* y, int64_t rows, int64_t f, cudaStream_t stream) {
   if (rows * f == 0) return;
   const auto grid = static_cast<unsigned>(rows < 65536 ? rows : 65536);
   if (detail::vectorizable(f, {h, y})) {
@@ -130,7 +130,7 @@ void swiglu_forward(const bf16* h, bf16* y, int64_t rows, int64_t f, cudaStream_
   MOESIM_LAUNCH_CHECK();
 }
 
-void swiglu_backward(const bf16* h, const bf16* dy, bf16* dh, int64_t rows, int64_t f, cudaStream_t stream) {
+void swiglu_backward(const bf16_bits* h, const bf16_bits* dy, bf16_bits* dh, int64_t rows, int64_t f, cudaStream_t stream) {
   if (rows * f == 0) return;
   const auto grid = static_cast<unsigned>(rows < 65536 ? rows : 65536);
   if (detail::vectorizable(f, {h, dy, dh})) {
@@ -141,7 +141,7 @@ void swiglu_backward(const bf16* h, const bf16* dy, bf16* dh, int64_t rows, int6
   MOESIM_LAUNCH_CHECK();
 }
 
-void add(const bf16* a, const bf16* b, bf16* c, int64_t n, cudaStream_t stream) {
+void add(const bf16_bits* a, const bf16_bits* b, bf16_bits* c, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   if (n % 8 == 0 && aligned16(a) && aligned16(b) && aligned16(c)) {
     add_kernel_vec<<<grid_for(n / 8), kThreads, 0, stream>>>(reinterpret_cast<const uint4*>(a),
@@ -153,7 +153,7 @@ void add(const bf16* a, const bf16* b, bf16* c, int64_t n, cudaStream_t stream) 
   MOESIM_LAUNCH_CHECK();
 }
 
-void copy(const bf16* src, bf16* dst, int64_t n, cudaStream_t stream) {
+void copy(const bf16_bits* src, bf16_bits* dst, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   if (n % 8 == 0 && aligned16(src) && aligned16(dst)) {
     copy_kernel_vec<<<grid_for(n / 8), kThreads, 0, stream>>>(reinterpret_cast<const uint4*>(src),
@@ -164,7 +164,7 @@ void copy(const bf16* src, bf16* dst, int64_t n, cudaStream_t stream) {
   MOESIM_LAUNCH_CHECK();
 }
 
-void fill_uniform(bf16* x, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream) {
+void fill_uniform(bf16_bits* x, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream) {
   if (n == 0) return;
   fill_uniform_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, seed, lo, hi);
   MOESIM_LAUNCH_CHECK();

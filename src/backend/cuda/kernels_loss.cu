@@ -13,11 +13,11 @@ using detail::to_f;
 
 constexpr int kThreads = 1024;
 
-__global__ void cross_entropy_kernel(const bf16* __restrict__ logits, const int32_t* __restrict__ targets, int64_t vocab,
-                                     float grad_scale, float* __restrict__ loss, bf16* __restrict__ dlogits) {
+__global__ void cross_entropy_kernel(const bf16_bits* __restrict__ logits, const int32_t* __restrict__ targets, int64_t vocab,
+                                     float grad_scale, float* __restrict__ loss, bf16_bits* __restrict__ dlogits) {
   __shared__ float red[32];
   const int64_t r = blockIdx.x;
-  const bf16* row = logits + r * vocab;
+  const bf16_bits* row = logits + r * vocab;
   float mx = -INFINITY;
   for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) mx = fmaxf(mx, to_f(row[i]));
   mx = detail::block_max(mx, red);
@@ -28,7 +28,7 @@ __global__ void cross_entropy_kernel(const bf16* __restrict__ logits, const int3
   if (threadIdx.x == 0) loss[r] = logf(sum) + mx - to_f(row[target]);
   if (dlogits == nullptr) return;
   const float inv = 1.0f / sum;
-  bf16* drow = dlogits + r * vocab;
+  bf16_bits* drow = dlogits + r * vocab;
   for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
     const float p = expf(to_f(row[i]) - mx) * inv;
     drow[i] = to_bf(grad_scale * (p - (i == target ? 1.0f : 0.0f)));
@@ -37,8 +37,8 @@ __global__ void cross_entropy_kernel(const bf16* __restrict__ logits, const int3
 
 }  // namespace
 
-void cross_entropy(const bf16* logits, const int32_t* targets, int64_t rows, int64_t vocab, float grad_scale,
-                   float* loss, bf16* dlogits, cudaStream_t stream) {
+void cross_entropy(const bf16_bits* logits, const int32_t* targets, int64_t rows, int64_t vocab, float grad_scale,
+                   float* loss, bf16_bits* dlogits, cudaStream_t stream) {
   if (rows == 0) return;
   cross_entropy_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, targets, vocab, grad_scale, loss,
                                                                              dlogits);

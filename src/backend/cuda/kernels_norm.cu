@@ -24,7 +24,7 @@ constexpr int kThreads = 256;
 // The sum of squares of the row elements one thread reads: V at a time from `first`, every
 // `stride` elements (the block-per-row and the lanes-per-row kernels differ only in these).
 template <int V>
-__device__ float row_sum_squares(const bf16* __restrict__ xr, int64_t first, int64_t stride, int64_t cols) {
+__device__ float row_sum_squares(const bf16_bits* __restrict__ xr, int64_t first, int64_t stride, int64_t cols) {
   float ss = 0;
   for (int64_t i = first; i < cols; i += stride) {
     float v[V];
@@ -37,7 +37,7 @@ __device__ float row_sum_squares(const bf16* __restrict__ xr, int64_t first, int
 
 // y = x * rstd * w over the same elements.
 template <int V>
-__device__ void scale_row(const bf16* __restrict__ xr, const bf16* __restrict__ w, bf16* __restrict__ yr, float r,
+__device__ void scale_row(const bf16_bits* __restrict__ xr, const bf16_bits* __restrict__ w, bf16_bits* __restrict__ yr, float r,
                           int64_t first, int64_t stride, int64_t cols) {
   for (int64_t i = first; i < cols; i += stride) {
     float v[V], g[V];
@@ -50,11 +50,11 @@ __device__ void scale_row(const bf16* __restrict__ xr, const bf16* __restrict__ 
 }
 
 template <int V>
-__global__ void rmsnorm_forward_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* __restrict__ y,
+__global__ void rmsnorm_forward_kernel(const bf16_bits* __restrict__ x, const bf16_bits* __restrict__ w, bf16_bits* __restrict__ y,
                                        float* __restrict__ rstd, int64_t cols, float eps) {
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
-  const bf16* xr = x + row * cols;
+  const bf16_bits* xr = x + row * cols;
   const int64_t first = threadIdx.x * V, stride = static_cast<int64_t>(blockDim.x) * V;
   const float ss = detail::block_sum(row_sum_squares<V>(xr, first, stride, cols), shared);
   const float r = rsqrtf(ss / static_cast<float>(cols) + eps);
@@ -63,13 +63,13 @@ __global__ void rmsnorm_forward_kernel(const bf16* __restrict__ x, const bf16* _
 }
 
 template <int V>
-__global__ void rmsnorm_backward_dx_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
-                                           const float* __restrict__ rstd, const bf16* __restrict__ dy,
-                                           bf16* __restrict__ dx, int64_t cols) {
+__global__ void rmsnorm_backward_dx_kernel(const bf16_bits* __restrict__ x, const bf16_bits* __restrict__ w,
+                                           const float* __restrict__ rstd, const bf16_bits* __restrict__ dy,
+                                           bf16_bits* __restrict__ dx, int64_t cols) {
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
-  const bf16* xr = x + row * cols;
-  const bf16* dyr = dy + row * cols;
+  const bf16_bits* xr = x + row * cols;
+  const bf16_bits* dyr = dy + row * cols;
   const float r = rstd[row];
   float dot = 0;  // sum over the row of g * xhat
   for (int64_t i = threadIdx.x * V; i < cols; i += blockDim.x * V) {
@@ -82,7 +82,7 @@ __global__ void rmsnorm_backward_dx_kernel(const bf16* __restrict__ x, const bf1
   }
   dot = detail::block_sum(dot, shared);
   const float mean = dot / static_cast<float>(cols);
-  bf16* dxr = dx + row * cols;
+  bf16_bits* dxr = dx + row * cols;
   for (int64_t i = threadIdx.x * V; i < cols; i += blockDim.x * V) {
     float xv[V], gv[V], dv[V];
     load<V>(xr + i, xv);
@@ -104,14 +104,14 @@ __device__ __forceinline__ float group_sum(float v) {
 
 // Short rows, vectorised (8 BF16 a lane): L lanes per row, kThreads / L rows per block.
 template <int L>
-__global__ void rmsnorm_forward_rows_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
-                                            bf16* __restrict__ y, float* __restrict__ rstd, int64_t rows,
+__global__ void rmsnorm_forward_rows_kernel(const bf16_bits* __restrict__ x, const bf16_bits* __restrict__ w,
+                                            bf16_bits* __restrict__ y, float* __restrict__ rstd, int64_t rows,
                                             int64_t cols, float eps) {
   constexpr int V = 8;
   const int64_t row = blockIdx.x * static_cast<int64_t>(kThreads / L) + threadIdx.x / L;
   const int lane = static_cast<int>(threadIdx.x % L);
   const bool valid = row < rows;  // every lane joins the shuffles
-  const bf16* xr = x + (valid ? row : 0) * cols;
+  const bf16_bits* xr = x + (valid ? row : 0) * cols;
   const int64_t first = lane * V, stride = static_cast<int64_t>(L) * V;
   const float ss = group_sum<L>(valid ? row_sum_squares<V>(xr, first, stride, cols) : 0.0f);
   if (!valid) return;
@@ -121,9 +121,9 @@ __global__ void rmsnorm_forward_rows_kernel(const bf16* __restrict__ x, const bf
 }
 
 template <int L>
-__global__ void rmsnorm_backward_dx_rows_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
-                                                const float* __restrict__ rstd, const bf16* __restrict__ dy,
-                                                bf16* __restrict__ dx, int64_t rows, int64_t cols) {
+__global__ void rmsnorm_backward_dx_rows_kernel(const bf16_bits* __restrict__ x, const bf16_bits* __restrict__ w,
+                                                const float* __restrict__ rstd, const bf16_bits* __restrict__ dy,
+                                                bf16_bits* __restrict__ dx, int64_t rows, int64_t cols) {
   constexpr int V = 8;
   const int64_t row = blockIdx.x * static_cast<int64_t>(kThreads / L) + threadIdx.x / L;
   const int lane = static_cast<int>(threadIdx.x % L);
@@ -174,8 +174,8 @@ void launch_rows(int lanes, int64_t rows, Launch&& launch) {
 // dw[c] = sum over rows of dy * x * rstd. Block (32, 32): each thread sums columns (c, c + 1) over
 // the rows y, y + 32, ...; the 32 partial sums of a column are added in a fixed order.
 constexpr int kDwRows = 32;
-__global__ void rmsnorm_backward_dw_kernel(const bf16* __restrict__ x, const float* __restrict__ rstd,
-                                           const bf16* __restrict__ dy, float* __restrict__ dw, int64_t rows,
+__global__ void rmsnorm_backward_dw_kernel(const bf16_bits* __restrict__ x, const float* __restrict__ rstd,
+                                           const bf16_bits* __restrict__ dy, float* __restrict__ dw, int64_t rows,
                                            int64_t cols) {
   __shared__ float partial[kDwRows][65];
   const int64_t c = (blockIdx.x * 32 + threadIdx.x) * 2;
@@ -202,7 +202,7 @@ __global__ void rmsnorm_backward_dw_kernel(const bf16* __restrict__ x, const flo
 
 }  // namespace
 
-void rmsnorm_forward(const bf16* x, const bf16* w, bf16* y, float* rstd, int64_t rows, int64_t cols, float eps,
+void rmsnorm_forward(const bf16_bits* x, const bf16_bits* w, bf16_bits* y, float* rstd, int64_t rows, int64_t cols, float eps,
                      cudaStream_t stream) {
   if (rows == 0) return;
   const auto grid = static_cast<unsigned>(rows);
@@ -219,7 +219,7 @@ void rmsnorm_forward(const bf16* x, const bf16* w, bf16* y, float* rstd, int64_t
   MOESIM_LAUNCH_CHECK();
 }
 
-void rmsnorm_backward(const bf16* x, const bf16* w, const float* rstd, const bf16* dy, bf16* dx, float* dw,
+void rmsnorm_backward(const bf16_bits* x, const bf16_bits* w, const float* rstd, const bf16_bits* dy, bf16_bits* dx, float* dw,
                       int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows == 0) return;
   const auto grid = static_cast<unsigned>(rows);

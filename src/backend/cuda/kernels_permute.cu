@@ -72,17 +72,17 @@ __global__ void dest_row_kernel(const int32_t* __restrict__ expert_index, int64_
   dest_row[a] = offsets[e] + hist[blockIdx.x * static_cast<int64_t>(num_experts) + e] + local;
 }
 
-__global__ void permute_rows_kernel(const bf16* __restrict__ x, const int32_t* __restrict__ dest_row, int top_k,
-                                    int64_t cols, bf16* __restrict__ xp) {
+__global__ void permute_rows_kernel(const bf16_bits* __restrict__ x, const int32_t* __restrict__ dest_row, int top_k,
+                                    int64_t cols, bf16_bits* __restrict__ xp) {
   const int64_t a = blockIdx.x;
-  const bf16* src = x + (a / top_k) * cols;
-  bf16* dst = xp + static_cast<int64_t>(dest_row[a]) * cols;
+  const bf16_bits* src = x + (a / top_k) * cols;
+  bf16_bits* dst = xp + static_cast<int64_t>(dest_row[a]) * cols;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = src[c];
 }
 
-__global__ void unpermute_combine_kernel(const bf16* __restrict__ yp, const int32_t* __restrict__ dest_row,
+__global__ void unpermute_combine_kernel(const bf16_bits* __restrict__ yp, const int32_t* __restrict__ dest_row,
                                          const float* __restrict__ weights, int top_k, int64_t cols,
-                                         bf16* __restrict__ y) {
+                                         bf16_bits* __restrict__ y) {
   const int64_t t = blockIdx.x;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
     float acc = 0;
@@ -117,15 +117,15 @@ void permute_plan(const int32_t* expert_index, int64_t num_assign, int num_exper
   MOESIM_LAUNCH_CHECK();
 }
 
-void permute_rows(const bf16* x, const int32_t* dest_row, int64_t num_assign, int top_k, int64_t cols, bf16* xp,
+void permute_rows(const bf16_bits* x, const int32_t* dest_row, int64_t num_assign, int top_k, int64_t cols, bf16_bits* xp,
                   cudaStream_t stream) {
   if (num_assign == 0) return;
   permute_rows_kernel<<<static_cast<unsigned>(num_assign), 256, 0, stream>>>(x, dest_row, top_k, cols, xp);
   MOESIM_LAUNCH_CHECK();
 }
 
-void unpermute_combine(const bf16* yp, const int32_t* dest_row, const float* weights, int64_t tokens, int top_k,
-                       int64_t cols, bf16* y, cudaStream_t stream) {
+void unpermute_combine(const bf16_bits* yp, const int32_t* dest_row, const float* weights, int64_t tokens, int top_k,
+                       int64_t cols, bf16_bits* y, cudaStream_t stream) {
   if (tokens == 0) return;
   unpermute_combine_kernel<<<static_cast<unsigned>(tokens), 256, 0, stream>>>(yp, dest_row, weights, top_k, cols, y);
   MOESIM_LAUNCH_CHECK();

@@ -5,11 +5,12 @@
 
 #include <cstdint>
 
+#include "backend/cuda/bf16.hpp"
 #include "backend/cuda/gemm.hpp"
 
 namespace moesim::cuda {
 
-void lora_forward(Gemm& gemm, const uint16_t* x, const uint16_t* a, const uint16_t* b, uint16_t* tmp, uint16_t* y,
+void lora_forward(Gemm& gemm, const bf16_bits* x, const bf16_bits* a, const bf16_bits* b, bf16_bits* tmp, bf16_bits* y,
                   int64_t rows, int64_t n, int64_t k, int64_t rank, float scale, cudaStream_t stream);
 
 }  // namespace moesim::cuda

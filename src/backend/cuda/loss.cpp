@@ -8,9 +8,9 @@
 
 namespace moesim::cuda {
 
-void chunked_cross_entropy(Gemm& gemm, const uint16_t* h, const uint16_t* w, const int32_t* targets, int64_t rows,
+void chunked_cross_entropy(Gemm& gemm, const bf16_bits* h, const bf16_bits* w, const int32_t* targets, int64_t rows,
                            int64_t hidden, int64_t vocab, int64_t chunk_rows, float grad_scale, const LossBuffers& buffers,
-                           float* loss, uint16_t* dh, float* dw, cudaStream_t stream) {
+                           float* loss, bf16_bits* dh, float* dw, cudaStream_t stream) {
   if (chunk_rows <= 0) throw BackendError("chunked_cross_entropy: chunk_rows must be positive");
   const bool backward = buffers.dlogits != nullptr;
   for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {

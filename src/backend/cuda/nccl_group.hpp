@@ -25,6 +25,9 @@ class NcclGroup {
   int size() const { return static_cast<int>(devices_.size()); }
   int device(int rank) const { return devices_[static_cast<size_t>(rank)]; }
   cudaStream_t stream(int rank) const { return streams_[static_cast<size_t>(rank)]; }
+  // The rank's communicator, for callers that issue NCCL calls of their own (calibrate issues
+  // every kind through one function for this group and for one-rank-per-process communicators).
+  ncclComm_t comm(int rank) const { return comms_[static_cast<size_t>(rank)]; }
 
   // One buffer pointer per rank. all_gather: recv[r] holds size() * count elements, rank i's
   // send at i * count. reduce_scatter: send[r] holds size() * count, recv[r] gets block r of the

@@ -197,19 +197,19 @@ class Launcher {
     if (m <= 0 || n <= 0 || k <= 0) no_kernel(p_, op_, "GEMM without a shape (m, n, k)");
     const bool accumulate = op_.kind == OpKind::lora_gemm && op_.num_inputs > 1 && !bwd();  // lora_b adds to the base
     if (!bwd()) {
-      auto* x = in<uint16_t>(m * k);
-      auto* w = in<uint16_t>(n * k);
-      auto* y = out<uint16_t>(m * n);
+      auto* x = in<bf16_bits>(m * k);
+      auto* w = in<bf16_bits>(n * k);
+      auto* y = out<bf16_bits>(m * n);
       run_gemm({m, n, k, Trans::none, Trans::transpose, OutType::bf16}, x, w, y, accumulate ? 1.0f : 0.0f);
       return;
     }
-    auto* dy = in<uint16_t>(m * n);
-    auto* w = in<uint16_t>(n * k);
-    auto* x = in<uint16_t>(m * k);
-    auto* dx = out<uint16_t>(m * k);
+    auto* dy = in<bf16_bits>(m * n);
+    auto* w = in<bf16_bits>(n * k);
+    auto* x = in<bf16_bits>(m * k);
+    auto* dx = out<bf16_bits>(m * k);
     run_gemm({m, k, n, Trans::none, Trans::none, OutType::bf16}, dy, w, dx);
     if (op_.trainable_weight) {
-      auto* dw = out<uint16_t>(n * k);
+      auto* dw = out<bf16_bits>(n * k);
       run_gemm({n, k, m, Trans::transpose, Trans::none, OutType::bf16}, dy, x, dw);
     }
   }
@@ -232,20 +232,20 @@ class Launcher {
     for (int32_t v : rows) total += v;
     const int64_t n = op_.n, k = op_.k;
     const auto num = static_cast<int64_t>(rows.size());
-    auto* w = in<uint16_t>(num * n * k);
+    auto* w = in<bf16_bits>(num * n * k);
     if (!bwd()) {
-      auto* x = in<uint16_t>(total * k);
-      auto* y = out<uint16_t>(total * n);
+      auto* x = in<bf16_bits>(total * k);
+      auto* y = out<bf16_bits>(total * n);
       if (live()) grouped_gemm(*e_.gemm, rows, n, k, Trans::transpose, x, w, n * k, y, s());
       return;
     }
-    auto* dy = in<uint16_t>(total * n);
-    auto* x = in<uint16_t>(total * k);
-    auto* dx = out<uint16_t>(total * k);
+    auto* dy = in<bf16_bits>(total * n);
+    auto* x = in<bf16_bits>(total * k);
+    auto* dx = out<bf16_bits>(total * k);
     if (live()) grouped_gemm(*e_.gemm, rows, k, n, Trans::none, dy, w, n * k, dx, s());
     if (op_.trainable_weight) {
       // dW_e = dy_e^T x_e, expert by expert.
-      auto* dw = out<uint16_t>(num * n * k);
+      auto* dw = out<bf16_bits>(num * n * k);
       int64_t off = 0;
       for (int64_t e = 0; e < num; ++e) {
         const int64_t re = rows[static_cast<size_t>(e)];
@@ -262,8 +262,8 @@ class Launcher {
     const int64_t t = op_.m, experts = op_.n, d = op_.k;
     const int64_t padded = (experts + 7) / 8 * 8;
     const auto& moe = *model().moe;
-    auto* x = in<uint16_t>(t * d);
-    auto* w = in<uint16_t>(padded * d);
+    auto* x = in<bf16_bits>(t * d);
+    auto* w = in<bf16_bits>(padded * d);
     if (!bwd()) {
       auto* logits = out<float>(t * padded);
       auto* idx = out<int32_t>(t * moe.top_k);
@@ -277,11 +277,11 @@ class Launcher {
       }
       return;
     }
-    auto* dlogits = in<uint16_t>(t * padded);
-    auto* dx = out<uint16_t>(t * d);
+    auto* dlogits = in<bf16_bits>(t * padded);
+    auto* dx = out<bf16_bits>(t * d);
     run_gemm({t, d, padded, Trans::none, Trans::none, OutType::bf16}, dlogits, w, dx);
     if (op_.trainable_weight) {
-      auto* dw = out<uint16_t>(padded * d);
+      auto* dw = out<bf16_bits>(padded * d);
       run_gemm({padded, d, t, Trans::transpose, Trans::none, OutType::bf16}, dlogits, x, dw);
     }
   }
@@ -298,11 +298,11 @@ class Launcher {
       cols = hd;
     }
     const bool gated = (bwd() ? op_.num_outputs : op_.num_inputs) > 1;  // gated norm: norm(o) * gate(g)
-    auto* x = in<uint16_t>(rows * cols);
-    auto* w = in<uint16_t>(cols);
-    auto* g = gated ? in<uint16_t>(rows * cols) : nullptr;
+    auto* x = in<bf16_bits>(rows * cols);
+    auto* w = in<bf16_bits>(cols);
+    auto* g = gated ? in<bf16_bits>(rows * cols) : nullptr;
     if (!bwd()) {
-      auto* y = out<uint16_t>(rows * cols);
+      auto* y = out<bf16_bits>(rows * cols);
       auto* rstd = out<float>(rows);
       if (!live()) return;
       rmsnorm_forward(x, w, y, rstd, rows, cols, 1e-6f, s());
@@ -310,10 +310,10 @@ class Launcher {
       return;
     }
     auto* rstd = in<float>(rows);
-    auto* dy = in<uint16_t>(rows * cols);
-    auto* dx = out<uint16_t>(rows * cols);
+    auto* dy = in<bf16_bits>(rows * cols);
+    auto* dx = out<bf16_bits>(rows * cols);
     auto* dw = out<float>(cols);
-    auto* dg = gated ? out<uint16_t>(rows * cols) : nullptr;
+    auto* dg = gated ? out<bf16_bits>(rows * cols) : nullptr;
     if (!live()) return;
     rmsnorm_backward(x, w, rstd, dy, dx, dw, rows, cols, s());
     if (gated) add(dy, g, dg, rows * cols, s());
@@ -338,14 +338,14 @@ class Launcher {
     const int64_t rows = yd.shape[0], f = cols_of(yd);
     int64_t rows_used = rows;
     if (op_.routing_layer >= 0) rows_used = routed_rows(rows);
-    auto* h = in<uint16_t>(rows_used * 2 * f);
+    auto* h = in<bf16_bits>(rows_used * 2 * f);
     if (!bwd()) {
-      auto* y = out<uint16_t>(rows_used * f);
+      auto* y = out<bf16_bits>(rows_used * f);
       if (live()) swiglu_forward(h, y, rows_used, f, s());
       return;
     }
-    auto* dy = in<uint16_t>(rows_used * f);
-    auto* dh = out<uint16_t>(rows_used * 2 * f);
+    auto* dy = in<bf16_bits>(rows_used * f);
+    auto* dh = out<bf16_bits>(rows_used * 2 * f);
     if (live()) swiglu_backward(h, dy, dh, rows_used, f, s());
   }
 
@@ -368,17 +368,17 @@ class Launcher {
     }
     if (n == 0) no_kernel(p_, op_, "elementwise op without an output");
     if (!bwd()) {
-      auto* a = in<uint16_t>(n);
-      auto* b = op_.num_inputs > 1 ? in<uint16_t>(n) : nullptr;
-      auto* c = out<uint16_t>(n);
+      auto* a = in<bf16_bits>(n);
+      auto* b = op_.num_inputs > 1 ? in<bf16_bits>(n) : nullptr;
+      auto* c = out<bf16_bits>(n);
       if (!live()) return;
       if (b) add(a, b, c, n, s()); else copy(a, c, n, s());
       return;
     }
-    auto* dy = in<uint16_t>(n);
-    auto* other = op_.num_inputs > 1 ? in<uint16_t>(n) : nullptr;  // the saved input a gate's gradient reads
+    auto* dy = in<bf16_bits>(n);
+    auto* other = op_.num_inputs > 1 ? in<bf16_bits>(n) : nullptr;  // the saved input a gate's gradient reads
     for (const TensorDesc& o : p_.outputs(op_)) {
-      auto* dx = out<uint16_t>(o.num_elements());
+      auto* dx = out<bf16_bits>(o.num_elements());
       if (!live()) continue;
       if (other) add(dy, other, dx, std::min(n, o.num_elements()), s()); else copy(dy, dx, std::min(n, o.num_elements()), s());
     }
@@ -389,15 +389,15 @@ class Launcher {
       // The table's gradient [vocab, d] in FP32, accumulated row by row from the output gradient.
       const TensorDesc& dy_desc = p_.inputs(op_).front();
       const int64_t rows = dy_desc.shape[0], d = cols_of(dy_desc), vocab = model().vocab_size;
-      auto* dy = in<uint16_t>(rows * d);
+      auto* dy = in<bf16_bits>(rows * d);
       auto* grad = out<float>(vocab * d);
       if (live()) exec_kernels::scatter_add_rows(dy, e_.tables.token_ids, rows, d, vocab, grad, s());
       return;
     }
     const TensorDesc& y = p_.outputs(op_).front();
     const int64_t rows = y.shape[0], d = cols_of(y), vocab = model().vocab_size;
-    auto* table = in<uint16_t>(vocab * d);
-    auto* o = out<uint16_t>(rows * d);
+    auto* table = in<bf16_bits>(vocab * d);
+    auto* o = out<bf16_bits>(rows * d);
     if (live()) exec_kernels::gather_rows(table, e_.tables.token_ids, rows, d, vocab, o, s());
   }
 
@@ -408,9 +408,9 @@ class Launcher {
     const int64_t rows = p_.outputs(op_).front().shape[0];
     const int64_t channels = elements(p_.outputs(op_)) / rows;
     const int width = static_cast<int>(model().kda ? model().kda->short_conv_kernel : 4);
-    auto* x = in<uint16_t>(rows * channels);
-    auto* w = in<uint16_t>(channels * width);
-    auto* y = out<uint16_t>(rows * channels);
+    auto* x = in<bf16_bits>(rows * channels);
+    auto* w = in<bf16_bits>(channels * width);
+    auto* y = out<bf16_bits>(rows * channels);
     if (live()) exec_kernels::short_conv(x, w, rows, channels, width, bwd(), y, s());
   }
 
@@ -425,13 +425,13 @@ class Launcher {
     const int64_t n = y.num_elements();
     const int src = sources();
     if (!bwd()) {
-      auto* x = in<uint16_t>(n * src);
-      auto* o = out<uint16_t>(n);
+      auto* x = in<bf16_bits>(n * src);
+      auto* o = out<bf16_bits>(n);
       if (live()) exec_kernels::residual_mix(x, e_.tables.mix_weights, src, n, o, s());
       return;
     }
-    auto* dy = in<uint16_t>(n);
-    auto* dx = out<uint16_t>(n * src);
+    auto* dy = in<bf16_bits>(n);
+    auto* dx = out<bf16_bits>(n * src);
     if (live()) exec_kernels::residual_mix_backward(dy, e_.tables.mix_weights, src, n, dx, s());
   }
 
@@ -441,8 +441,8 @@ class Launcher {
     const int64_t t = e_.graph->routed_tokens_per_micro_batch(), k = moe.top_k;
     const TensorDesc& big = p_.outputs(op_).front();  // [assignments, cols] in expert order
     const int64_t cols = cols_of(big);
-    auto* x = in<uint16_t>(t * cols);
-    auto* xp = out<uint16_t>(t * k * cols);
+    auto* x = in<bf16_bits>(t * cols);
+    auto* xp = out<bf16_bits>(t * k * cols);
     if (live()) permute_rows(x, e_.tables.dest_row, t * k, static_cast<int>(k), cols, xp, s());
   }
 
@@ -452,9 +452,9 @@ class Launcher {
     const int64_t t = e_.graph->routed_tokens_per_micro_batch(), k = moe.top_k;
     const TensorDesc& small = p_.outputs(op_).front();  // [tokens, cols] in token order
     const int64_t cols = cols_of(small);
-    auto* yp = in<uint16_t>(t * k * cols);
+    auto* yp = in<bf16_bits>(t * k * cols);
     auto* weights = in<float>(t * k);
-    auto* y = out<uint16_t>(t * cols);
+    auto* y = out<bf16_bits>(t * cols);
     if (live()) unpermute_combine(yp, e_.tables.dest_row, weights, t, static_cast<int>(k), cols, y, s());
   }
 
@@ -464,19 +464,19 @@ class Launcher {
     const auto [batch, seq] = batch_seq(op_.m);
     KdaShape sh{batch, seq, c.num_heads / tp(), c.head_dim, c.head_dim, c.chunk_size};
     const int64_t th = batch * seq * sh.heads;
-    auto* q = in<uint16_t>(th * sh.head_dim_k);
-    auto* k = in<uint16_t>(th * sh.head_dim_k);
-    auto* v = in<uint16_t>(th * sh.head_dim_v);
+    auto* q = in<bf16_bits>(th * sh.head_dim_k);
+    auto* k = in<bf16_bits>(th * sh.head_dim_k);
+    auto* v = in<bf16_bits>(th * sh.head_dim_v);
     auto* g = in<float>(th * sh.head_dim_k);
     auto* beta = in<float>(th);
     const float scale = 1.0f / std::sqrt(static_cast<float>(sh.head_dim_k));
     if (!bwd()) {
-      auto* o = out<uint16_t>(th * sh.head_dim_v);
+      auto* o = out<bf16_bits>(th * sh.head_dim_v);
       void* ws = e_.out->take_bytes(kda_forward_workspace_bytes(sh));
       if (live()) kda_forward(sh, q, k, v, g, beta, scale, o, ws, s());
       return;
     }
-    auto* d_o = in<uint16_t>(th * sh.head_dim_v);
+    auto* d_o = in<bf16_bits>(th * sh.head_dim_v);
     auto* dq = out<float>(th * sh.head_dim_k);
     auto* dk = out<float>(th * sh.head_dim_k);
     auto* dv = out<float>(th * sh.head_dim_v);
@@ -513,21 +513,21 @@ class Launcher {
     const int64_t d = g.head_dim, rows = batch * seq;
     const SdpaShape ss{batch, seq, hq, hkv, d, d};
     const MlaShape sh{batch, seq, hq, d, d};
-    auto* q = in<uint16_t>(rows * hq * d);
-    auto* k = in<uint16_t>(rows * hkv * d);
-    auto* v = in<uint16_t>(rows * hkv * d);
+    auto* q = in<bf16_bits>(rows * hq * d);
+    auto* k = in<bf16_bits>(rows * hkv * d);
+    auto* v = in<bf16_bits>(rows * hkv * d);
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     const bool cudnn = e_.cudnn_attention && sdpa_shape_supported(ss);
     const int group = static_cast<int>(hq / hkv);
     if (!bwd()) {
-      auto* o = out<uint16_t>(rows * hq * d);
+      auto* o = out<bf16_bits>(rows * hq * d);
       auto* lse = out<float>(rows * hq);
       if (cudnn) {
         if (live()) sdpa().forward(ss, q, k, v, scale, o, lse, s());
         return;
       }
-      auto* ke = group > 1 ? out<uint16_t>(rows * hq * d) : k;
-      auto* ve = group > 1 ? out<uint16_t>(rows * hq * d) : v;
+      auto* ke = group > 1 ? out<bf16_bits>(rows * hq * d) : k;
+      auto* ve = group > 1 ? out<bf16_bits>(rows * hq * d) : v;
       if (!live()) return;
       if (group > 1) {
         exec_kernels::repeat_kv_heads(k, rows, hkv, group, d, ke, s());
@@ -536,13 +536,13 @@ class Launcher {
       mla_forward(sh, q, ke, ve, scale, o, lse, s());
       return;
     }
-    auto* o = in<uint16_t>(rows * hq * d);
+    auto* o = in<bf16_bits>(rows * hq * d);
     auto* lse = in<float>(rows * hq);
-    auto* d_o = in<uint16_t>(rows * hq * d);
+    auto* d_o = in<bf16_bits>(rows * hq * d);
     if (cudnn && sdpa_backward_supported(ss)) {
-      auto* dq = out<uint16_t>(rows * hq * d);
-      auto* dk = out<uint16_t>(rows * hkv * d);
-      auto* dv = out<uint16_t>(rows * hkv * d);
+      auto* dq = out<bf16_bits>(rows * hq * d);
+      auto* dk = out<bf16_bits>(rows * hkv * d);
+      auto* dv = out<bf16_bits>(rows * hkv * d);
       void* scratch = e_.out->take_bytes(sdpa_backward_scratch_bytes(ss));
       if (live()) sdpa().backward(ss, q, k, v, o, lse, d_o, scale, dq, dk, dv, scratch, s());
       return;
@@ -550,8 +550,8 @@ class Launcher {
     auto* dq = out<float>(rows * hq * d);
     auto* dk = out<float>(rows * hkv * d);
     auto* dv = out<float>(rows * hkv * d);
-    auto* ke = group > 1 ? out<uint16_t>(rows * hq * d) : k;
-    auto* ve = group > 1 ? out<uint16_t>(rows * hq * d) : v;
+    auto* ke = group > 1 ? out<bf16_bits>(rows * hq * d) : k;
+    auto* ve = group > 1 ? out<bf16_bits>(rows * hq * d) : v;
     auto* dke = group > 1 ? out<float>(rows * hq * d) : dk;
     auto* dve = group > 1 ? out<float>(rows * hq * d) : dv;
     void* ws = e_.out->take_bytes(mla_backward_workspace_bytes(sh));
@@ -575,14 +575,14 @@ class Launcher {
     const auto [batch, seq] = batch_seq(op_.m);
     MlaShape sh{batch, seq, a.num_heads / tp(), a.qk_nope_head_dim + a.qk_rope_head_dim, a.v_head_dim};
     const int64_t th = batch * seq * sh.heads;
-    auto* q = in<uint16_t>(th * sh.head_dim_qk);
-    auto* k = in<uint16_t>(th * sh.head_dim_qk);
-    auto* v = in<uint16_t>(th * sh.head_dim_v);
+    auto* q = in<bf16_bits>(th * sh.head_dim_qk);
+    auto* k = in<bf16_bits>(th * sh.head_dim_qk);
+    auto* v = in<bf16_bits>(th * sh.head_dim_v);
     const float scale = 1.0f / std::sqrt(static_cast<float>(sh.head_dim_qk));
     const SdpaShape ss{batch, seq, sh.heads, sh.heads, sh.head_dim_qk, sh.head_dim_v};
     const bool cudnn = e_.cudnn_attention && sdpa_shape_supported(ss);
     if (!bwd()) {
-      auto* o = out<uint16_t>(th * sh.head_dim_v);
+      auto* o = out<bf16_bits>(th * sh.head_dim_v);
       auto* lse = out<float>(th);
       if (!live()) return;
       if (cudnn) {
@@ -593,19 +593,19 @@ class Launcher {
       return;
     }
     if (cudnn && sdpa_backward_supported(ss)) {
-      auto* o = in<uint16_t>(th * sh.head_dim_v);
+      auto* o = in<bf16_bits>(th * sh.head_dim_v);
       auto* lse = in<float>(th);
-      auto* d_o = in<uint16_t>(th * sh.head_dim_v);
-      auto* dq = out<uint16_t>(th * sh.head_dim_qk);
-      auto* dk = out<uint16_t>(th * sh.head_dim_qk);
-      auto* dv = out<uint16_t>(th * sh.head_dim_v);
+      auto* d_o = in<bf16_bits>(th * sh.head_dim_v);
+      auto* dq = out<bf16_bits>(th * sh.head_dim_qk);
+      auto* dk = out<bf16_bits>(th * sh.head_dim_qk);
+      auto* dv = out<bf16_bits>(th * sh.head_dim_v);
       void* scratch = e_.out->take_bytes(sdpa_backward_scratch_bytes(ss));
       if (live()) sdpa().backward(ss, q, k, v, o, lse, d_o, scale, dq, dk, dv, scratch, s());
       return;
     }
-    auto* o = in<uint16_t>(th * sh.head_dim_v);
+    auto* o = in<bf16_bits>(th * sh.head_dim_v);
     auto* lse = in<float>(th);
-    auto* d_o = in<uint16_t>(th * sh.head_dim_v);
+    auto* d_o = in<bf16_bits>(th * sh.head_dim_v);
     auto* dq = out<float>(th * sh.head_dim_qk);
     auto* dk = out<float>(th * sh.head_dim_qk);
     auto* dv = out<float>(th * sh.head_dim_v);
@@ -625,8 +625,8 @@ class Launcher {
   void indexer() {
     const DsaIndexerShape sh = indexer_shape();
     const int64_t tt = sh.batch * sh.seq;
-    auto* q = in<uint16_t>(tt * sh.heads * sh.head_dim);
-    auto* k = in<uint16_t>(tt * sh.head_dim);
+    auto* q = in<bf16_bits>(tt * sh.heads * sh.head_dim);
+    auto* k = in<bf16_bits>(tt * sh.head_dim);
     auto* w = in<float>(tt * sh.heads);
     if (!bwd()) {
       auto* scores = out<float>(sh.batch * sh.seq * sh.seq);
@@ -657,8 +657,8 @@ class Launcher {
     const int64_t t = g.shape[0];
     const DsaIndexerShape sh = indexer_shape();
     const int64_t latent = cols_of(g) / std::max<int64_t>(sh.top_k, 1);
-    auto* kv = in<uint16_t>(t * latent);
-    auto* o = out<uint16_t>(t * sh.top_k * latent);
+    auto* kv = in<bf16_bits>(t * latent);
+    auto* o = out<bf16_bits>(t * sh.top_k * latent);
     if (live()) exec_kernels::gather_rows(kv, e_.tables.dsa_keys, t * sh.top_k, latent, t, o, s());
   }
 
@@ -669,18 +669,18 @@ class Launcher {
     DsaAttentionShape sh{batch, seq, a.num_heads / tp(), a.kv_lora_rank, a.qk_rope_head_dim,
                          std::min(model().dsa_indexer->top_k, seq)};
     const int64_t tt = batch * seq, dq_dim = sh.latent + sh.rope;
-    auto* q = in<uint16_t>(tt * sh.heads * dq_dim);
-    auto* kv = in<uint16_t>(tt * dq_dim);
+    auto* q = in<bf16_bits>(tt * sh.heads * dq_dim);
+    auto* kv = in<bf16_bits>(tt * dq_dim);
     const float scale = 1.0f / std::sqrt(static_cast<float>(a.qk_nope_head_dim + a.qk_rope_head_dim));
     if (!bwd()) {
-      auto* o = out<uint16_t>(tt * sh.heads * sh.latent);
+      auto* o = out<bf16_bits>(tt * sh.heads * sh.latent);
       auto* lse = out<float>(tt * sh.heads);
       if (live()) dsa_sparse_forward(sh, q, kv, e_.tables.dsa_keys, scale, o, lse, s());
       return;
     }
-    auto* o = in<uint16_t>(tt * sh.heads * sh.latent);
+    auto* o = in<bf16_bits>(tt * sh.heads * sh.latent);
     auto* lse = in<float>(tt * sh.heads);
-    auto* d_o = in<uint16_t>(tt * sh.heads * sh.latent);
+    auto* d_o = in<bf16_bits>(tt * sh.heads * sh.latent);
     auto* dq = out<float>(tt * sh.heads * dq_dim);
     auto* dkv = out<float>(tt * dq_dim);
     void* ws = e_.out->take_bytes(dsa_sparse_backward_workspace_bytes(sh));
@@ -699,13 +699,13 @@ class Launcher {
     // kernels (Qwen3's 151,936 entries in 19 chunks of 7,997 ran 7x slower than 8,000, measured
     // 2026-12-01, docs/calibration/validation.md), where a production CCE pads its tiles.
     const int64_t chunk = ((vocab + chunks - 1) / chunks + 7) / 8 * 8;
-    auto* h = in<uint16_t>(t * d);
-    auto* w = in<uint16_t>(vocab * d);
-    auto* logits = out<uint16_t>(t * chunk);
+    auto* h = in<bf16_bits>(t * d);
+    auto* w = in<bf16_bits>(vocab * d);
+    auto* logits = out<bf16_bits>(t * chunk);
     auto* loss = out<float>(t);
-    uint16_t* dlogits = bwd() ? out<uint16_t>(t * chunk) : nullptr;
-    uint16_t* dh = bwd() ? out<uint16_t>(t * d) : nullptr;
-    uint16_t* dw = bwd() && op_.trainable_weight ? out<uint16_t>(vocab * d) : nullptr;
+    bf16_bits* dlogits = bwd() ? out<bf16_bits>(t * chunk) : nullptr;
+    bf16_bits* dh = bwd() ? out<bf16_bits>(t * d) : nullptr;
+    bf16_bits* dw = bwd() && op_.trainable_weight ? out<bf16_bits>(vocab * d) : nullptr;
     if (vocab - (chunks - 1) * chunk < kChunkTargetRange) {
       no_kernel(p_, op_, "vocabulary chunks below " + std::to_string(kChunkTargetRange) + " entries are not supported");
     }
@@ -727,9 +727,9 @@ class Launcher {
   void cross_entropy_op() {
     const TensorDesc& l = p_.inputs(op_).front();
     const int64_t rows = l.shape[0], vocab = cols_of(l);
-    auto* logits = in<uint16_t>(rows * vocab);
+    auto* logits = in<bf16_bits>(rows * vocab);
     auto* loss = out<float>(rows);
-    auto* dlogits = bwd() ? out<uint16_t>(rows * vocab) : nullptr;
+    auto* dlogits = bwd() ? out<bf16_bits>(rows * vocab) : nullptr;
     if (live()) cross_entropy(logits, e_.tables.token_ids, rows, vocab, 1.0f / static_cast<float>(rows), loss, dlogits, s());
   }
 

@@ -8,9 +8,8 @@
 
 #include <algorithm>
 
-#include <cuda_bf16.h>
-
 #include "backend/cuda/check.hpp"
+#include "backend/cuda/kernels_common.cuh"
 
 namespace moesim::cuda::exec_kernels {
 namespace {
@@ -22,13 +21,12 @@ int blocks_for(int64_t n) {
   return static_cast<int>(std::min<int64_t>(std::max<int64_t>(b, 1), 65535 * 8));
 }
 
-__device__ float load(const uint16_t* p, int64_t i) {
-  return __bfloat162float(__ushort_as_bfloat16(p[i]));
-}
-__device__ void store(uint16_t* p, int64_t i, float v) { p[i] = __bfloat16_as_ushort(__float2bfloat16(v)); }
+// BF16 element i as FP32, and FP32 rounded (to nearest even) into element i: kernels_common.cuh's casts.
+__device__ float load(const bf16_bits* p, int64_t i) { return detail::to_f(p[i]); }
+__device__ void store(bf16_bits* p, int64_t i, float v) { p[i] = detail::to_bf(v); }
 
-__global__ void gather_rows_kernel(const uint16_t* table, const int32_t* ids, int64_t rows, int64_t cols,
-                                   int64_t table_rows, uint16_t* out) {
+__global__ void gather_rows_kernel(const bf16_bits* table, const int32_t* ids, int64_t rows, int64_t cols,
+                                   int64_t table_rows, bf16_bits* out) {
   const int64_t n = rows * cols;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -40,7 +38,7 @@ __global__ void gather_rows_kernel(const uint16_t* table, const int32_t* ids, in
 }
 
 // grad[ids[r]] += dy[r] (ids clamped to the table; FP32 atomics: rows of one token add up).
-__global__ void scatter_add_rows_kernel(const uint16_t* dy, const int32_t* ids, int64_t rows, int64_t cols,
+__global__ void scatter_add_rows_kernel(const bf16_bits* dy, const int32_t* ids, int64_t rows, int64_t cols,
                                         int64_t table_rows, float* grad) {
   const int64_t n = rows * cols;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -53,8 +51,8 @@ __global__ void scatter_add_rows_kernel(const uint16_t* dy, const int32_t* ids, 
 }
 
 // y[t, c] = sum_j w[c, j] x[t - j, c] (causal, zero before the sequence start).
-__global__ void short_conv_kernel(const uint16_t* x, const uint16_t* w, int64_t rows, int64_t channels, int width,
-                                  bool reverse, uint16_t* y) {
+__global__ void short_conv_kernel(const bf16_bits* x, const bf16_bits* w, int64_t rows, int64_t channels, int width,
+                                  bool reverse, bf16_bits* y) {
   const int64_t n = rows * channels;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -69,7 +67,7 @@ __global__ void short_conv_kernel(const uint16_t* x, const uint16_t* w, int64_t 
 }
 
 // y = sum_s a[s] x_s over `sources` stacked inputs of n elements each.
-__global__ void mix_kernel(const uint16_t* x, const float* a, int sources, int64_t n, uint16_t* y) {
+__global__ void mix_kernel(const bf16_bits* x, const float* a, int sources, int64_t n, bf16_bits* y) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float acc = 0;
@@ -79,7 +77,7 @@ __global__ void mix_kernel(const uint16_t* x, const float* a, int sources, int64
 }
 
 // dx_s = a[s] dy for every source (the mix's input gradients).
-__global__ void mix_backward_kernel(const uint16_t* dy, const float* a, int sources, int64_t n, uint16_t* dx) {
+__global__ void mix_backward_kernel(const bf16_bits* dy, const float* a, int sources, int64_t n, bf16_bits* dx) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float g = load(dy, i);
@@ -88,8 +86,8 @@ __global__ void mix_backward_kernel(const uint16_t* dy, const float* a, int sour
 }
 
 // y[r, j * group + g, :] = x[r, j, :]: GQA key/value heads expanded to the query heads.
-__global__ void repeat_kv_heads_kernel(const uint16_t* x, int64_t rows, int64_t heads_kv, int group, int64_t d,
-                                       uint16_t* y) {
+__global__ void repeat_kv_heads_kernel(const bf16_bits* x, int64_t rows, int64_t heads_kv, int group, int64_t d,
+                                       bf16_bits* y) {
   const int64_t n = rows * heads_kv * group * d;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -113,7 +111,7 @@ __global__ void sum_kv_head_groups_kernel(const float* dy, int64_t rows, int64_t
 
 }  // namespace
 
-void repeat_kv_heads(const uint16_t* x, int64_t rows, int64_t heads_kv, int group, int64_t d, uint16_t* y,
+void repeat_kv_heads(const bf16_bits* x, int64_t rows, int64_t heads_kv, int group, int64_t d, bf16_bits* y,
                      cudaStream_t stream) {
   repeat_kv_heads_kernel<<<blocks_for(rows * heads_kv * group * d), kThreads, 0, stream>>>(x, rows, heads_kv, group, d, y);
   MOESIM_LAUNCH_CHECK();
@@ -125,30 +123,30 @@ void sum_kv_head_groups(const float* dy, int64_t rows, int64_t heads_kv, int gro
   MOESIM_LAUNCH_CHECK();
 }
 
-void gather_rows(const uint16_t* table, const int32_t* ids, int64_t rows, int64_t cols, int64_t table_rows, uint16_t* out,
+void gather_rows(const bf16_bits* table, const int32_t* ids, int64_t rows, int64_t cols, int64_t table_rows, bf16_bits* out,
                  cudaStream_t stream) {
   gather_rows_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(table, ids, rows, cols, table_rows, out);
   MOESIM_LAUNCH_CHECK();
 }
 
-void scatter_add_rows(const uint16_t* dy, const int32_t* ids, int64_t rows, int64_t cols, int64_t table_rows, float* grad,
+void scatter_add_rows(const bf16_bits* dy, const int32_t* ids, int64_t rows, int64_t cols, int64_t table_rows, float* grad,
                       cudaStream_t stream) {
   scatter_add_rows_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(dy, ids, rows, cols, table_rows, grad);
   MOESIM_LAUNCH_CHECK();
 }
 
-void short_conv(const uint16_t* x, const uint16_t* w, int64_t rows, int64_t channels, int width, bool transposed,
-                uint16_t* y, cudaStream_t stream) {
+void short_conv(const bf16_bits* x, const bf16_bits* w, int64_t rows, int64_t channels, int width, bool transposed,
+                bf16_bits* y, cudaStream_t stream) {
   short_conv_kernel<<<blocks_for(rows * channels), kThreads, 0, stream>>>(x, w, rows, channels, width, transposed, y);
   MOESIM_LAUNCH_CHECK();
 }
 
-void residual_mix(const uint16_t* x, const float* weights, int sources, int64_t n, uint16_t* y, cudaStream_t stream) {
+void residual_mix(const bf16_bits* x, const float* weights, int sources, int64_t n, bf16_bits* y, cudaStream_t stream) {
   mix_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, weights, sources, n, y);
   MOESIM_LAUNCH_CHECK();
 }
 
-void residual_mix_backward(const uint16_t* dy, const float* weights, int sources, int64_t n, uint16_t* dx,
+void residual_mix_backward(const bf16_bits* dy, const float* weights, int sources, int64_t n, bf16_bits* dx,
                            cudaStream_t stream) {
   mix_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dy, weights, sources, n, dx);
   MOESIM_LAUNCH_CHECK();

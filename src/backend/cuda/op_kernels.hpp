@@ -27,6 +27,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "backend/cuda/bf16.hpp"
 #include "graph/step_graph.hpp"
 
 namespace moesim::cuda {
@@ -91,7 +92,7 @@ struct OptimizerState {
   float* grad = nullptr;
   float* m = nullptr;
   float* v = nullptr;
-  uint16_t* param = nullptr;
+  bf16_bits* param = nullptr;
   int64_t capacity = 0;  // elements each holds
 };
 
@@ -140,26 +141,26 @@ std::vector<int32_t> causal_dsa_keys(int64_t tokens, int64_t seq, int64_t k, uin
 // The pinned host bytes the swap copies of `p` need (the largest copy: copies share one scratch).
 size_t pinned_bytes_needed(const Program& p);
 
-// Executor kernels (op_kernels.cu): the ops kernels.hpp has no launcher for. BF16 as uint16_t.
+// Executor kernels (op_kernels.cu): the ops kernels.hpp has no launcher for. BF16 as bf16_bits.
 namespace exec_kernels {
 // out[r] = table[ids[r]] (ids clamped to the table): the embedding lookup.
-void gather_rows(const uint16_t* table, const int32_t* ids, int64_t rows, int64_t cols, int64_t table_rows, uint16_t* out,
+void gather_rows(const bf16_bits* table, const int32_t* ids, int64_t rows, int64_t cols, int64_t table_rows, bf16_bits* out,
                  cudaStream_t stream);
 // grad[ids[r]] += dy[r] in FP32 (ids clamped to the table): the embedding table's gradient.
-void scatter_add_rows(const uint16_t* dy, const int32_t* ids, int64_t rows, int64_t cols, int64_t table_rows, float* grad,
+void scatter_add_rows(const bf16_bits* dy, const int32_t* ids, int64_t rows, int64_t cols, int64_t table_rows, float* grad,
                       cudaStream_t stream);
 // Depthwise causal convolution of width `width` along rows (w [channels, width]); `transposed`
 // runs it backwards in time (the input gradient).
-void short_conv(const uint16_t* x, const uint16_t* w, int64_t rows, int64_t channels, int width, bool transposed,
-                uint16_t* y, cudaStream_t stream);
+void short_conv(const bf16_bits* x, const bf16_bits* w, int64_t rows, int64_t channels, int width, bool transposed,
+                bf16_bits* y, cudaStream_t stream);
 // Attention Residuals: y = sum_s weights[s] x_s over `sources` stacked inputs of n elements.
-void residual_mix(const uint16_t* x, const float* weights, int sources, int64_t n, uint16_t* y, cudaStream_t stream);
-void residual_mix_backward(const uint16_t* dy, const float* weights, int sources, int64_t n, uint16_t* dx,
+void residual_mix(const bf16_bits* x, const float* weights, int sources, int64_t n, bf16_bits* y, cudaStream_t stream);
+void residual_mix_backward(const bf16_bits* dy, const float* weights, int sources, int64_t n, bf16_bits* dx,
                            cudaStream_t stream);
 // GQA key/value heads expanded to the query heads, for attention kernels that take k with q's
 // heads: x [rows, heads_kv, d] -> y [rows, heads_kv * group, d], query head h reading key/value
 // head h / group (as sdpa.hpp's grouping).
-void repeat_kv_heads(const uint16_t* x, int64_t rows, int64_t heads_kv, int group, int64_t d, uint16_t* y,
+void repeat_kv_heads(const bf16_bits* x, int64_t rows, int64_t heads_kv, int group, int64_t d, bf16_bits* y,
                      cudaStream_t stream);
 // Its adjoint on gradients: dx[r, j, :] = sum over the group's g of dy[r, j * group + g, :] (FP32).
 void sum_kv_head_groups(const float* dy, int64_t rows, int64_t heads_kv, int group, int64_t d, float* dx,

@@ -3,6 +3,9 @@
 // patterns, FP32), every sum in double, results in double before any output rounding. The tests
 // compare GPU outputs with these within bounds derived from the output dtype (reference_bounds).
 // No CUDA here: the references are built and tested on machines without a GPU.
+// The attention kernels' references (attention/reference.hpp, same namespace `ref`, same library
+// backend_reference) take the values the GPU sees widened to double instead of bits, since their
+// tests compare error norms of whole tensors; together the two headers are every kernel's reference.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 // DSA kernels (indexer and its gradient, top-k, sparse attention forward and backward) against
 // the CPU references (needs a GPU; exit 77 otherwise).
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -11,7 +10,8 @@
 #include "backend/cuda/attention/dsa.hpp"
 #include "backend/cuda/attention/reference.hpp"
 #include "backend/cuda/buffer.hpp"
-#include "test_util.hpp"
+#include "../gpu_test_util.hpp"
+#include "../test_util.hpp"
 
 using namespace moesim::cuda;
 using namespace moesim::cuda::test;
@@ -63,7 +63,7 @@ TEST_CASE("DSA lightning indexer, its gradient and top-k match the CPU reference
   const auto q = to_bf16(normal(nq)), k = to_bf16(normal(nk));
   auto wd = uniform(nw, -1.0, 1.0);
   const auto w = to_f32(wd);
-  auto gq = to_device<uint16_t>(q.bits), gk = to_device<uint16_t>(k.bits);
+  auto gq = to_device<bf16_bits>(q.bits), gk = to_device<bf16_bits>(k.bits);
   auto gw = to_device<float>(w);
   DeviceBuffer<float> scores(ns);
   std::vector<double> sc_ref(ns);
@@ -73,14 +73,14 @@ TEST_CASE("DSA lightning indexer, its gradient and top-k match the CPU reference
   for (auto impl : {AttentionImpl::simt, AttentionImpl::tensor_core}) {
     scores.fill_bytes(0xFF);
     dsa_indexer_scores(s, gq.data(), gk.data(), gw.data(), scores.data(), nullptr, impl);
-    MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
+    device_sync();
     sc_gpu = widen(scores.download());
     for (int64_t b = 0; b < s.batch; ++b) {  // only the causal entries are defined
       for (int64_t t = 0; t < T; ++t) {
         for (int64_t x = t + 1; x < T; ++x) sc_gpu[static_cast<size_t>((b * T + t) * T + x)] = 0.0;
       }
     }
-    const auto r_s = compare(sc_gpu, sc_ref);
+    const auto r_s = error_norms(sc_gpu, sc_ref);
     MESSAGE(std::string(impl == AttentionImpl::simt ? "simt" : "tensor_core") << " scores " << r_s.str());
     CHECK(within(r_s, kScoreTol));
   }
@@ -90,7 +90,7 @@ TEST_CASE("DSA lightning indexer, its gradient and top-k match the CPU reference
   DeviceBuffer<int32_t> idx(static_cast<size_t>(s.batch * T * s.top_k));
   idx.fill_bytes(0x7F);
   dsa_topk(s, scores.data(), idx.data(), nullptr);
-  MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
+  device_sync();
   const auto sel = idx.download();
   double max_abs = 0;
   for (double x : sc_ref) max_abs = std::max(max_abs, std::abs(x));
@@ -119,10 +119,10 @@ TEST_CASE("DSA lightning indexer, its gradient and top-k match the CPU reference
     for (auto* b : {&dq, &dk, &dw}) b->fill_bytes(0xFF);
     dsa_indexer_backward(s, gq.data(), gk.data(), gw.data(), gds.data(), dq.data(), dk.data(), dw.data(), nullptr,
                          impl);
-    MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
+    device_sync();
     for (auto [name, got, want] : {std::tuple{std::string("dq"), &dq, &rq}, std::tuple{std::string("dk"), &dk, &rk},
                                    std::tuple{std::string("dw"), &dw, &rw}}) {
-      const auto r = compare(widen(got->download()), *want);
+      const auto r = error_norms(widen(got->download()), *want);
       MESSAGE(variant << " indexer " << name << " " << r.str());
       CHECK(within(r, kScoreTol * 10));  // sums over up to T * Hi terms
     }
@@ -139,7 +139,7 @@ TEST_CASE("DSA top-k keeps ties and large rows right") {
   DeviceBuffer<int32_t> idx(static_cast<size_t>(s.seq * s.top_k));
   idx.fill_bytes(0x7F);
   dsa_topk(s, gs.data(), idx.data(), nullptr);
-  MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
+  device_sync();
   const auto sel = idx.download();
   const auto scd = widen(sc);
   int bad = 0;
@@ -176,17 +176,17 @@ void sparse_case(const DsaAttentionShape& s, AttentionImpl impl) {
   const auto nl = static_cast<size_t>(s.batch * T * s.heads);
   const auto q = to_bf16(normal(nq)), kv = to_bf16(normal(nkv)), d_o = to_bf16(normal(no));
   const float scale = 1.0f / std::sqrt(192.0f);  // MLA's qk dim before absorption
-  auto gq = to_device<uint16_t>(q.bits), gkv = to_device<uint16_t>(kv.bits), gdo = to_device<uint16_t>(d_o.bits);
+  auto gq = to_device<bf16_bits>(q.bits), gkv = to_device<bf16_bits>(kv.bits), gdo = to_device<bf16_bits>(d_o.bits);
   auto gidx = to_device<int32_t>(sel);
-  DeviceBuffer<uint16_t> o(no);
+  DeviceBuffer<bf16_bits> o(no);
   DeviceBuffer<float> lse(nl);
   o.fill_bytes(0xFF);
   lse.fill_bytes(0xFF);
   dsa_sparse_forward(s, gq.data(), gkv.data(), gidx.data(), scale, o.data(), lse.data(), nullptr, impl);
-  MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
+  device_sync();
   std::vector<double> o_ref(no), lse_ref(nl);
   ref::dsa_sparse_forward(s, q.vals, kv.vals, sel, scale, o_ref, lse_ref);
-  const auto r_o = compare(widen(o.download()), o_ref), r_l = compare(widen(lse.download()), lse_ref);
+  const auto r_o = error_norms(widen(o.download()), o_ref), r_l = error_norms(widen(lse.download()), lse_ref);
   MESSAGE(variant << " sparse o " << r_o.str() << "; lse " << r_l.str());
   CHECK(within(r_o, kOutTol));
   CHECK(within(r_l, kScoreTol));
@@ -198,11 +198,11 @@ void sparse_case(const DsaAttentionShape& s, AttentionImpl impl) {
   ws.fill_bytes(0xFF);
   dsa_sparse_backward(s, gq.data(), gkv.data(), gidx.data(), o.data(), lse.data(), gdo.data(), scale, dq.data(),
                       dkv.data(), ws.data(), nullptr, impl);
-  MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
+  device_sync();
   std::vector<double> rq(nq), rkv(nkv);
   ref::dsa_sparse_backward(s, q.vals, kv.vals, sel, d_o.vals, scale, rq, rkv);
   for (auto [name, got, want] : {std::tuple{std::string("dq"), &dq, &rq}, std::tuple{std::string("dkv"), &dkv, &rkv}}) {
-    const auto r = compare(widen(got->download()), *want);
+    const auto r = error_norms(widen(got->download()), *want);
     MESSAGE(variant << " sparse " << name << " " << r.str());
     CHECK(within(r, kGradTol));
   }
@@ -224,4 +224,3 @@ TEST_CASE("DSA rejects unsupported shapes") {
   CHECK_THROWS_AS(dsa_check_shape(DsaIndexerShape{.seq = 8, .head_dim = 64}), std::invalid_argument);
 }
 
-ATTN_GPU_TEST_MAIN

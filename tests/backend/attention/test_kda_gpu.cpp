@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: MIT
 // KDA kernels against the CPU reference on fresh random inputs (needs a GPU; exit 77 otherwise).
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -8,7 +7,8 @@
 #include "backend/cuda/attention/kda.hpp"
 #include "backend/cuda/attention/reference.hpp"
 #include "backend/cuda/buffer.hpp"
-#include "test_util.hpp"
+#include "../gpu_test_util.hpp"
+#include "../test_util.hpp"
 
 using namespace moesim::cuda;
 using namespace moesim::cuda::test;
@@ -38,19 +38,19 @@ void run_case(const KdaShape& s) {
   const auto g = to_f32(gd), beta = to_f32(bd);
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim_k));
 
-  auto dq_ = to_device<uint16_t>(q.bits), dk_ = to_device<uint16_t>(k.bits), dv_ = to_device<uint16_t>(v.bits);
-  auto ddo = to_device<uint16_t>(d_o.bits);
+  auto dq_ = to_device<bf16_bits>(q.bits), dk_ = to_device<bf16_bits>(k.bits), dv_ = to_device<bf16_bits>(v.bits);
+  auto ddo = to_device<bf16_bits>(d_o.bits);
   auto dg_ = to_device<float>(g), db_ = to_device<float>(beta);
-  DeviceBuffer<uint16_t> o(nv);
+  DeviceBuffer<bf16_bits> o(nv);
   DeviceBuffer<uint8_t> ws(std::max(kda_forward_workspace_bytes(s), kda_backward_workspace_bytes(s)));
   o.fill_bytes(0xFF);
   ws.fill_bytes(0xFF);  // the kernels must not read workspace they did not write
   kda_forward(s, dq_.data(), dk_.data(), dv_.data(), dg_.data(), db_.data(), scale, o.data(), ws.data(), nullptr);
-  MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
+  device_sync();
 
   std::vector<double> o_ref(nv);
   ref::kda_forward(s, q.vals, k.vals, v.vals, gd, bd, scale, o_ref);
-  const auto r_o = compare(widen(o.download()), o_ref);
+  const auto r_o = error_norms(widen(o.download()), o_ref);
   INFO("o: " << r_o.str());
   CHECK(within(r_o, kOutTol));
 
@@ -59,7 +59,7 @@ void run_case(const KdaShape& s) {
   ws.fill_bytes(0xFF);
   kda_backward(s, dq_.data(), dk_.data(), dv_.data(), dg_.data(), db_.data(), ddo.data(), scale, gq.data(), gk.data(),
                gv.data(), gg.data(), gb.data(), ws.data(), nullptr);
-  MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
+  device_sync();
   std::vector<double> rq(nk), rk(nk), rv(nv), rg(nk), rb(nt);
   ref::kda_backward(s, q.vals, k.vals, v.vals, gd, bd, d_o.vals, scale, rq, rk, rv, rg, rb);
   const struct {
@@ -68,7 +68,7 @@ void run_case(const KdaShape& s) {
     std::vector<double>* want;
   } grads[] = {{"dq", &gq, &rq}, {"dk", &gk, &rk}, {"dv", &gv, &rv}, {"dg", &gg, &rg}, {"dbeta", &gb, &rb}};
   for (const auto& c : grads) {
-    const auto r = compare(widen(c.got->download()), *c.want);
+    const auto r = error_norms(widen(c.got->download()), *c.want);
     INFO(c.name << ": " << r.str());
     CHECK(within(r, kGradTol));
     MESSAGE(c.name << " " << r.str());
@@ -91,4 +91,3 @@ TEST_CASE("KDA rejects unsupported shapes") {
   CHECK_THROWS_AS(kda_check_shape(KdaShape{.seq = 10, .heads = 1, .head_dim_v = 48}), std::invalid_argument);
 }
 
-ATTN_GPU_TEST_MAIN

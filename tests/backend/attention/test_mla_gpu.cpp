@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: MIT
 // MLA causal attention kernels against the CPU reference (needs a GPU; exit 77 otherwise).
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -8,7 +7,8 @@
 #include "backend/cuda/attention/mla_attention.hpp"
 #include "backend/cuda/attention/reference.hpp"
 #include "backend/cuda/buffer.hpp"
-#include "test_util.hpp"
+#include "../gpu_test_util.hpp"
+#include "../test_util.hpp"
 
 using namespace moesim::cuda;
 using namespace moesim::cuda::test;
@@ -30,17 +30,17 @@ void run_case(const MlaShape& s, AttentionImpl impl) {
   const auto nl = static_cast<size_t>(s.batch * s.seq * s.heads);
   const auto q = to_bf16(normal(nq)), k = to_bf16(normal(nq)), v = to_bf16(normal(nv)), d_o = to_bf16(normal(nv));
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim_qk));
-  auto gq = to_device<uint16_t>(q.bits), gk = to_device<uint16_t>(k.bits), gv = to_device<uint16_t>(v.bits);
-  auto gdo = to_device<uint16_t>(d_o.bits);
-  DeviceBuffer<uint16_t> o(nv);
+  auto gq = to_device<bf16_bits>(q.bits), gk = to_device<bf16_bits>(k.bits), gv = to_device<bf16_bits>(v.bits);
+  auto gdo = to_device<bf16_bits>(d_o.bits);
+  DeviceBuffer<bf16_bits> o(nv);
   DeviceBuffer<float> lse(nl);
   o.fill_bytes(0xFF);
   lse.fill_bytes(0xFF);
   mla_forward(s, gq.data(), gk.data(), gv.data(), scale, o.data(), lse.data(), nullptr, impl);
-  MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
+  device_sync();
   std::vector<double> o_ref(nv), lse_ref(nl);
   ref::mla_forward(s, q.vals, k.vals, v.vals, scale, o_ref, lse_ref);
-  const auto r_o = compare(widen(o.download()), o_ref), r_l = compare(widen(lse.download()), lse_ref);
+  const auto r_o = error_norms(widen(o.download()), o_ref), r_l = error_norms(widen(lse.download()), lse_ref);
   MESSAGE(variant << " o " << r_o.str() << "; lse " << r_l.str());
   CHECK(within(r_o, kOutTol));
   CHECK(within(r_l, kLseTol));
@@ -51,12 +51,12 @@ void run_case(const MlaShape& s, AttentionImpl impl) {
   ws.fill_bytes(0xFF);
   mla_backward(s, gq.data(), gk.data(), gv.data(), o.data(), lse.data(), gdo.data(), scale, dq.data(), dk.data(),
                dv.data(), ws.data(), nullptr, impl);
-  MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
+  device_sync();
   std::vector<double> rq(nq), rk(nq), rv(nv);
   ref::mla_backward(s, q.vals, k.vals, v.vals, d_o.vals, scale, rq, rk, rv);
   for (auto [name, got, want] : {std::tuple{std::string("dq"), &dq, &rq}, std::tuple{std::string("dk"), &dk, &rk},
                                  std::tuple{std::string("dv"), &dv, &rv}}) {
-    const auto r = compare(widen(got->download()), *want);
+    const auto r = error_norms(widen(got->download()), *want);
     MESSAGE(variant << " " << name << " " << r.str());
     CHECK(within(r, kGradTol));
   }
@@ -76,4 +76,3 @@ TEST_CASE("MLA rejects unsupported head dims") {
   CHECK_THROWS_AS(mla_check_shape(MlaShape{.seq = 8, .heads = 1, .head_dim_qk = 96}), std::invalid_argument);
 }
 
-ATTN_GPU_TEST_MAIN

@@ -10,7 +10,7 @@
 #include <stdexcept>
 
 #include "backend/cuda/attention/reference.hpp"
-#include "test_util.hpp"
+#include "../test_util.hpp"
 
 #if MOESIM_HAVE_CUDNN
 #include "backend/cuda/attention/cudnn_lib.hpp"
@@ -35,7 +35,7 @@ ErrorReport fd_check(std::vector<double>& x, const std::vector<double>& analytic
     x[i] = x0;
     numeric[i] = (lp - lm) / (2 * h);
   }
-  return compare(analytic, numeric);
+  return error_norms(analytic, numeric);
 }
 
 double dot(const std::vector<double>& a, const std::vector<double>& b) {
@@ -149,9 +149,9 @@ TEST_CASE("GQA reference: backward matches finite differences and equals MHA ove
   ref::sdpa_forward(s, q, k, v, scale, o, lse);
   ref::mla_forward(m, q, k_full, v_full, scale, o_m, lse_m);
   ref::mla_backward(m, q, k_full, v_full, d_o, scale, dq_m, dk_m, dv_m);
-  CHECK(compare(o, o_m).max_rel < 1e-14);
-  CHECK(compare(lse, lse_m).max_rel < 1e-14);
-  CHECK(compare(dq, dq_m).max_rel < 1e-12);
+  CHECK(error_norms(o, o_m).max_rel < 1e-14);
+  CHECK(error_norms(lse, lse_m).max_rel < 1e-14);
+  CHECK(error_norms(dq, dq_m).max_rel < 1e-12);
   auto fold = [&](const std::vector<double>& x, int64_t dim) {
     std::vector<double> y(static_cast<size_t>(s.batch * s.seq * s.heads_kv * dim), 0.0);
     for (int64_t r = 0; r < s.batch * s.seq; ++r)
@@ -161,8 +161,8 @@ TEST_CASE("GQA reference: backward matches finite differences and equals MHA ove
               x[static_cast<size_t>((r * s.heads_q + h) * dim + c)];
     return y;
   };
-  CHECK(compare(dk, fold(dk_m, s.head_dim_qk)).max_rel < 1e-12);
-  CHECK(compare(dv, fold(dv_m, s.head_dim_v)).max_rel < 1e-12);
+  CHECK(error_norms(dk, fold(dk_m, s.head_dim_qk)).max_rel < 1e-12);
+  CHECK(error_norms(dv, fold(dv_m, s.head_dim_v)).max_rel < 1e-12);
 }
 
 TEST_CASE("SDPA refuses shapes cuDNN's fused attention does not take, saying why") {

@@ -2,7 +2,6 @@
 // cuDNN fused SDPA (sdpa.hpp) against the double-precision CPU reference: MLA's head dims, MHA and
 // GQA, forward and backward (needs a GPU; exit 77 otherwise). Fails, not skips, when the GPU is
 // there but cuDNN is not: that is a broken install.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -12,7 +11,8 @@
 #include "backend/cuda/attention/reference.hpp"
 #include "backend/cuda/attention/sdpa.hpp"
 #include "backend/cuda/buffer.hpp"
-#include "test_util.hpp"
+#include "../gpu_test_util.hpp"
+#include "../test_util.hpp"
 
 using namespace moesim::cuda;
 using namespace moesim::cuda::test;
@@ -43,18 +43,18 @@ void run_case(Sdpa& sdpa, const Case& c, bool expect_backward) {
   const auto nl = static_cast<size_t>(s.batch * s.seq * s.heads_q);
   const auto q = to_bf16(normal(nq)), k = to_bf16(normal(nk)), v = to_bf16(normal(nv)), d_o = to_bf16(normal(no));
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim_qk));
-  auto gq = to_device<uint16_t>(q.bits), gk = to_device<uint16_t>(k.bits), gv = to_device<uint16_t>(v.bits);
-  auto gdo = to_device<uint16_t>(d_o.bits);
-  DeviceBuffer<uint16_t> o(no);
+  auto gq = to_device<bf16_bits>(q.bits), gk = to_device<bf16_bits>(k.bits), gv = to_device<bf16_bits>(v.bits);
+  auto gdo = to_device<bf16_bits>(d_o.bits);
+  DeviceBuffer<bf16_bits> o(no);
   DeviceBuffer<float> lse(nl);
   o.fill_bytes(0xFF);
   lse.fill_bytes(0xFF);
   sdpa.forward(s, gq.data(), gk.data(), gv.data(), scale, o.data(), lse.data(), nullptr);
-  MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
+  device_sync();
   std::vector<double> o_ref(no), lse_ref(nl);
   ref::sdpa_forward(s, q.vals, k.vals, v.vals, scale, o_ref, lse_ref);
   const auto o_got = o.download();
-  const auto r_o = compare(widen(o_got), o_ref), r_l = compare(widen(lse.download()), lse_ref);
+  const auto r_o = error_norms(widen(o_got), o_ref), r_l = error_norms(widen(lse.download()), lse_ref);
   MESSAGE(c.name << " o " << r_o.str() << "; lse " << r_l.str());
   CHECK(within(r_o, kOutTol));
   CHECK(within(r_l, kLseTol));
@@ -62,10 +62,10 @@ void run_case(Sdpa& sdpa, const Case& c, bool expect_backward) {
   // The forward is deterministic: a second run (cached plan) writes the same bits.
   o.fill_bytes(0xFF);
   sdpa.forward(s, gq.data(), gk.data(), gv.data(), scale, o.data(), lse.data(), nullptr);
-  MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
+  device_sync();
   CHECK(o.download() == o_got);
 
-  DeviceBuffer<uint16_t> dq(nq), dk(nk), dv(nv);
+  DeviceBuffer<bf16_bits> dq(nq), dk(nk), dv(nv);
   DeviceBuffer<uint8_t> scratch(sdpa_backward_scratch_bytes(s));
   for (auto* b : {&dq, &dk, &dv}) b->fill_bytes(0xFF);
   scratch.fill_bytes(0xFF);
@@ -78,12 +78,12 @@ void run_case(Sdpa& sdpa, const Case& c, bool expect_backward) {
   }
   sdpa.backward(s, gq.data(), gk.data(), gv.data(), o.data(), lse.data(), gdo.data(), scale, dq.data(), dk.data(),
                 dv.data(), scratch.data(), nullptr);
-  MOESIM_CUDA_CHECK(cudaDeviceSynchronize());
+  device_sync();
   std::vector<double> rq(nq), rk(nk), rv(nv);
   ref::sdpa_backward(s, q.vals, k.vals, v.vals, d_o.vals, scale, rq, rk, rv);
   for (auto [name, got, want] : {std::tuple{std::string("dq"), &dq, &rq}, std::tuple{std::string("dk"), &dk, &rk},
                                  std::tuple{std::string("dv"), &dv, &rv}}) {
-    const auto r = compare(widen(got->download()), *want);
+    const auto r = error_norms(widen(got->download()), *want);
     MESSAGE(c.name << " " << name << " " << r.str());
     CHECK(within(r, kGradTol));
   }
@@ -116,4 +116,3 @@ TEST_CASE("cuDNN SDPA forward and backward match the CPU reference (MLA, MHA, GQ
   MESSAGE("plans:\n" << sdpa.describe_plans());
 }
 
-ATTN_GPU_TEST_MAIN

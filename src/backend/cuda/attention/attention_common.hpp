@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 // Shared vocabulary of the attention kernels: the cost record (FLOPs and bytes) each kernel reports
-// for the calibrator, the causal pair count the simulator's graph uses, and a timing helper.
+// for the calibrator and the causal pair count the simulator's graph uses (timing: timer.hpp).
 //
 // Conventions for every kernel in this folder:
 // - tensors are row-major, batch outermost: [batch, seq, heads, dim] unless a header says otherwise;
-// - BF16 tensors are passed as uint16_t (the bit layout of __nv_bfloat16), FP32 as float;
+// - BF16 tensors are passed as bf16_bits (the bit layout of __nv_bfloat16), FP32 as float;
 // - forward outputs are BF16 (softmax log-sum-exp and the like FP32); gradients are FP32, because
 //   several are accumulated with atomics across blocks (the caller casts if it wants BF16);
 // - launchers take device pointers and a stream, enqueue only, and throw BackendError (check.hpp)
@@ -14,7 +14,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <functional>
+
+#include "backend/cuda/bf16.hpp"
 
 namespace moesim::cuda {
 
@@ -40,10 +41,5 @@ inline double causal_pairs(int64_t seq, int64_t limit) {
   if (seq <= limit) return n * (n + 1) / 2;
   return k * (k + 1) / 2 + (n - k) * k;
 }
-
-// Times `launch(rep)` on `stream` with CUDA events: `warmup` untimed calls, then `repeats` timed
-// one by one; returns the median in milliseconds. `rep` counts calls so that the caller can rotate
-// input buffers (inputs larger than L2 are not re-read from cache).
-double time_launch_ms(cudaStream_t stream, const std::function<void(int rep)>& launch, int warmup, int repeats);
 
 }  // namespace moesim::cuda

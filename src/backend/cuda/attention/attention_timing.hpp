@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Timing of the attention kernels at a given shape, for the calibrator and attention_bench:
 // allocates two sets of random, non-zero inputs (alternated between repeats, so inputs larger
-// than L2 come from HBM), warms up, and reports the median of CUDA-event timed repeats with the
-// kernel's cost record. Runs on the current device and the default stream; throws BackendError.
+// than L2 come from HBM), and times them by timer.hpp's convention (warm-ups, then the median of
+// repeats each between its own pair of CUDA events) with the kernel's cost record. Runs on the current device and the default stream; throws BackendError.
 #pragma once
 
 #include <string>

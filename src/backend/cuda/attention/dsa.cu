@@ -30,7 +30,7 @@ constexpr int kIdxK = 64;  // keys per block (lane and lane + 32)
 // Block per (64-key tile, 32-query tile, batch), skipping tiles above the diagonal. Heads in
 // sequence: I(t, s) += w(t, j) ReLU(q(t, j) . k(s)).
 __global__ void __launch_bounds__(kThreads)
-    indexer_kernel(int T, int Hi, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
+    indexer_kernel(int T, int Hi, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ k,
                    const float* __restrict__ w, float* __restrict__ scores) {
   extern __shared__ float sm[];
   float* ks = sm;                      // [64][kDi + 1]
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kThreads)
 // dq(t, j) = w(t, j) sum_s dI(t, s) [q.k > 0] k(s); dw(t, j) = sum_s dI(t, s) ReLU(q.k).
 // Block per (32-query tile, head, batch); warps own queries, lanes keys.
 __global__ void __launch_bounds__(kThreads)
-    indexer_dq_kernel(int T, int Hi, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
+    indexer_dq_kernel(int T, int Hi, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ k,
                       const float* __restrict__ w, const float* __restrict__ d_scores, float* __restrict__ dq,
                       float* __restrict__ dw) {
   extern __shared__ float sm[];
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kThreads)
 // dk(s) = sum_{t >= s} sum_j dI(t, s) w(t, j) [q.k > 0] q(t, j). Block per (32-key tile, batch);
 // warps own keys, lanes queries; heads and query tiles in sequence.
 __global__ void __launch_bounds__(kThreads)
-    indexer_dk_kernel(int T, int Hi, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
+    indexer_dk_kernel(int T, int Hi, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ k,
                       const float* __restrict__ w, const float* __restrict__ d_scores, float* __restrict__ dk) {
   extern __shared__ float sm[];
   float* ks = sm;                   // [32][kDi]
@@ -278,7 +278,7 @@ __device__ __forceinline__ int num_slots(int t, int K) { return min(t + 1, K); }
 
 // Loads the selected latents of one key tile as FP32 rows ([kKt][kPadQ]); slot -1 gives zeros.
 __device__ __forceinline__ void load_latents(float* ks, int* sel_s, const int32_t* __restrict__ sel, int slot0,
-                                             int slots, const uint16_t* __restrict__ kv, int b, int T) {
+                                             int slots, const bf16_bits* __restrict__ kv, int b, int T) {
   if (threadIdx.x < kKt) {
     const int slot = slot0 + static_cast<int>(threadIdx.x);
     sel_s[threadIdx.x] = slot < slots ? sel[slot] : -1;
@@ -293,8 +293,8 @@ __device__ __forceinline__ void load_latents(float* ks, int* sel_s, const int32_
 // Block per (query, 16 heads, batch). Scores: thread (head tid/16, key tid%16); output: thread
 // (head tid/16, dims tid%16 + 16 e). The 16 lanes of a head reduce with shuffles.
 __global__ void __launch_bounds__(kThreads)
-    sparse_fwd_kernel(int T, int H, int K, const uint16_t* __restrict__ q, const uint16_t* __restrict__ kv,
-                      const int32_t* __restrict__ idx, float scale, uint16_t* __restrict__ o, float* __restrict__ lse) {
+    sparse_fwd_kernel(int T, int H, int K, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ kv,
+                      const int32_t* __restrict__ idx, float scale, bf16_bits* __restrict__ o, float* __restrict__ lse) {
   extern __shared__ float sm[];
   float* qs = sm;                // [16][kPadQ], pre-scaled
   float* ks = qs + kHg * kPadQ;  // [16][kPadQ]
@@ -342,7 +342,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // D = rowsum(dO * O) over the latent dims, one warp per (b, t, h) row.
-__global__ void sparse_dot_kernel(int64_t rows, const uint16_t* __restrict__ o, const uint16_t* __restrict__ d_o,
+__global__ void sparse_dot_kernel(int64_t rows, const bf16_bits* __restrict__ o, const bf16_bits* __restrict__ d_o,
                                   float* __restrict__ dsum) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= rows) return;
@@ -355,8 +355,8 @@ __global__ void sparse_dot_kernel(int64_t rows, const uint16_t* __restrict__ o, 
 
 // dq = scale sum_j P_j (dP_j - D) k_j, block per (query, 16 heads, batch), P from lse.
 __global__ void __launch_bounds__(kThreads)
-    sparse_dq_kernel(int T, int H, int K, const uint16_t* __restrict__ q, const uint16_t* __restrict__ kv,
-                     const int32_t* __restrict__ idx, const float* __restrict__ lse, const uint16_t* __restrict__ d_o,
+    sparse_dq_kernel(int T, int H, int K, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ kv,
+                     const int32_t* __restrict__ idx, const float* __restrict__ lse, const bf16_bits* __restrict__ d_o,
                      const float* __restrict__ dsum, float scale, float* __restrict__ dq) {
   extern __shared__ float sm[];
   float* qs = sm;                       // [16][kPadQ], pre-scaled
@@ -399,8 +399,8 @@ __global__ void __launch_bounds__(kThreads)
 // key tiles in sequence, head groups inside, the tile's gradient summed over all heads in
 // registers, then added to dkv with one atomic per element (a key is shared by many queries).
 __global__ void __launch_bounds__(kThreads)
-    sparse_dkv_kernel(int T, int H, int K, const uint16_t* __restrict__ q, const uint16_t* __restrict__ kv,
-                      const int32_t* __restrict__ idx, const float* __restrict__ lse, const uint16_t* __restrict__ d_o,
+    sparse_dkv_kernel(int T, int H, int K, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ kv,
+                      const int32_t* __restrict__ idx, const float* __restrict__ lse, const bf16_bits* __restrict__ d_o,
                       const float* __restrict__ dsum, float scale, float* __restrict__ dkv) {
   extern __shared__ float sm[];
   float* ks = sm;                      // [16 keys][kPadQ]
@@ -484,7 +484,7 @@ void dsa_check_shape(const DsaAttentionShape& s) {
   if (s.seq > (int64_t{1} << 30) || s.batch > 65535) throw std::invalid_argument("DSA attention: shape too large");
 }
 
-void dsa_indexer_scores(const DsaIndexerShape& s, const uint16_t* q, const uint16_t* k, const float* w, float* scores,
+void dsa_indexer_scores(const DsaIndexerShape& s, const bf16_bits* q, const bf16_bits* k, const float* w, float* scores,
                         cudaStream_t stream, AttentionImpl impl) {
   dsa_check_shape(s);
   if (impl == AttentionImpl::tensor_core) {
@@ -499,7 +499,7 @@ void dsa_indexer_scores(const DsaIndexerShape& s, const uint16_t* q, const uint1
   MOESIM_LAUNCH_CHECK();
 }
 
-void dsa_indexer_backward(const DsaIndexerShape& s, const uint16_t* q, const uint16_t* k, const float* w,
+void dsa_indexer_backward(const DsaIndexerShape& s, const bf16_bits* q, const bf16_bits* k, const float* w,
                           const float* d_scores, float* dq, float* dk, float* dw, cudaStream_t stream,
                           AttentionImpl impl) {
   dsa_check_shape(s);
@@ -527,8 +527,8 @@ void dsa_topk(const DsaIndexerShape& s, const float* scores, int32_t* idx, cudaS
   MOESIM_LAUNCH_CHECK();
 }
 
-void dsa_sparse_forward(const DsaAttentionShape& s, const uint16_t* q, const uint16_t* kv, const int32_t* idx,
-                        float scale, uint16_t* o, float* lse, cudaStream_t stream, AttentionImpl impl) {
+void dsa_sparse_forward(const DsaAttentionShape& s, const bf16_bits* q, const bf16_bits* kv, const int32_t* idx,
+                        float scale, bf16_bits* o, float* lse, cudaStream_t stream, AttentionImpl impl) {
   dsa_check_shape(s);
   if (impl == AttentionImpl::tensor_core && s.heads % dsa_tc::kHeadGroup == 0) {
     dsa_tc::sparse_forward(s, q, kv, idx, scale, o, lse, stream);
@@ -547,8 +547,8 @@ size_t dsa_sparse_backward_workspace_bytes(const DsaAttentionShape& s) {
   return static_cast<size_t>(s.batch * s.seq * s.heads) * sizeof(float);
 }
 
-void dsa_sparse_backward(const DsaAttentionShape& s, const uint16_t* q, const uint16_t* kv, const int32_t* idx,
-                         const uint16_t* o, const float* lse, const uint16_t* d_o, float scale, float* dq, float* dkv,
+void dsa_sparse_backward(const DsaAttentionShape& s, const bf16_bits* q, const bf16_bits* kv, const int32_t* idx,
+                         const bf16_bits* o, const float* lse, const bf16_bits* d_o, float scale, float* dq, float* dkv,
                          void* workspace, cudaStream_t stream, AttentionImpl impl) {
   dsa_check_shape(s);
   const int T = static_cast<int>(s.seq), H = static_cast<int>(s.heads), K = static_cast<int>(s.top_k);

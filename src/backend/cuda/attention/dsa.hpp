@@ -47,24 +47,24 @@ void dsa_check_shape(const DsaIndexerShape& s);
 void dsa_check_shape(const DsaAttentionShape& s);
 
 // impl: tensor_core (default; WMMA 64 x 64 tiles per head) or simt.
-void dsa_indexer_scores(const DsaIndexerShape& s, const uint16_t* q, const uint16_t* k, const float* w, float* scores,
+void dsa_indexer_scores(const DsaIndexerShape& s, const bf16_bits* q, const bf16_bits* k, const float* w, float* scores,
                         cudaStream_t stream, AttentionImpl impl = AttentionImpl::tensor_core);
 // Gradients of sum(scores * d_scores) over causal entries: dq [B,T,Hi,di], dk [B,T,di],
 // dw [B,T,Hi], FP32 (dk accumulated with atomics).
-void dsa_indexer_backward(const DsaIndexerShape& s, const uint16_t* q, const uint16_t* k, const float* w,
+void dsa_indexer_backward(const DsaIndexerShape& s, const bf16_bits* q, const bf16_bits* k, const float* w,
                           const float* d_scores, float* dq, float* dk, float* dw, cudaStream_t stream,
                           AttentionImpl impl = AttentionImpl::tensor_core);
 void dsa_topk(const DsaIndexerShape& s, const float* scores, int32_t* idx, cudaStream_t stream);
 
 // impl: tensor_core (default) needs heads % 32 == 0; other head counts run the SIMT kernel.
-void dsa_sparse_forward(const DsaAttentionShape& s, const uint16_t* q, const uint16_t* kv, const int32_t* idx,
-                        float scale, uint16_t* o, float* lse, cudaStream_t stream,
+void dsa_sparse_forward(const DsaAttentionShape& s, const bf16_bits* q, const bf16_bits* kv, const int32_t* idx,
+                        float scale, bf16_bits* o, float* lse, cudaStream_t stream,
                         AttentionImpl impl = AttentionImpl::tensor_core);
 // Workspace: one FP32 per (batch, query, head) for rowsum(dO * O). dkv is accumulated with atomics
 // (a key is selected by many queries).
 size_t dsa_sparse_backward_workspace_bytes(const DsaAttentionShape& s);
-void dsa_sparse_backward(const DsaAttentionShape& s, const uint16_t* q, const uint16_t* kv, const int32_t* idx,
-                         const uint16_t* o, const float* lse, const uint16_t* d_o, float scale, float* dq, float* dkv,
+void dsa_sparse_backward(const DsaAttentionShape& s, const bf16_bits* q, const bf16_bits* kv, const int32_t* idx,
+                         const bf16_bits* o, const float* lse, const bf16_bits* d_o, float scale, float* dq, float* dkv,
                          void* workspace, cudaStream_t stream, AttentionImpl impl = AttentionImpl::tensor_core);
 
 // Indexer: 2 * Hi * di FLOPs per causal pair (docs/modelling.md#dsa; the ReLU and weighting not

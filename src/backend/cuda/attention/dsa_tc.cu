@@ -58,7 +58,7 @@ __device__ __forceinline__ void mma_ab_acc(FragC& c, const bf16* a, int lda, con
 }
 
 // Copies `rows` contiguous rows of `cols` BF16 into a tile with row stride `ld`, 16 bytes at a time.
-__device__ __forceinline__ void copy_rows(bf16* dst, int ld, const uint16_t* __restrict__ src, int rows, int cols) {
+__device__ __forceinline__ void copy_rows(bf16* dst, int ld, const bf16_bits* __restrict__ src, int rows, int cols) {
   const int vec = cols / 8;
   for (int e = threadIdx.x; e < rows * vec; e += blockDim.x) {
     const int r = e / vec, part = e % vec;
@@ -70,7 +70,7 @@ __device__ __forceinline__ void copy_rows(bf16* dst, int ld, const uint16_t* __r
 // slots past `slots` or holding -1). Synchronises the block.
 template <int Rows>
 __device__ __forceinline__ void gather(bf16* ks, int* sel_s, const int32_t* __restrict__ sel, int slot0, int slots,
-                                       const uint16_t* __restrict__ kv, int b, int T) {
+                                       const bf16_bits* __restrict__ kv, int b, int T) {
   if (threadIdx.x < Rows) {
     const int slot = slot0 + static_cast<int>(threadIdx.x);
     sel_s[threadIdx.x] = slot < slots ? sel[slot] : -1;
@@ -91,8 +91,8 @@ __device__ __forceinline__ int num_slots(int t, int K) { return min(t + 1, K); }
 // Block per (query, 32 heads, batch). Warp w: S fragment (w / 4, w % 4) of the 32 x 64 tile;
 // output fragments row block w / 4, columns (w % 4) * 8 .. + 7 (of 32).
 __global__ void __launch_bounds__(kThreads)
-    fwd_kernel(int T, int H, int K, const uint16_t* __restrict__ q, const uint16_t* __restrict__ kv,
-               const int32_t* __restrict__ idx, float scale, uint16_t* __restrict__ o, float* __restrict__ lse) {
+    fwd_kernel(int T, int H, int K, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ kv,
+               const int32_t* __restrict__ idx, float scale, bf16_bits* __restrict__ o, float* __restrict__ lse) {
   constexpr int kKt = 64;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);              // [32][kLq]
@@ -169,9 +169,9 @@ __global__ void __launch_bounds__(kThreads)
 
 // dQ = scale sum_j P_j (dP_j - D) k_j: block per (query, 32 heads, batch), P from lse.
 __global__ void __launch_bounds__(kThreads)
-    dq_kernel(int T, int H, int K, const uint16_t* __restrict__ q, const uint16_t* __restrict__ kv,
+    dq_kernel(int T, int H, int K, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ kv,
               const int32_t* __restrict__ idx, const float* __restrict__ lse, const float* __restrict__ dsum,
-              const uint16_t* __restrict__ d_o, float scale, float* __restrict__ dq) {
+              const bf16_bits* __restrict__ d_o, float scale, float* __restrict__ dq) {
   constexpr int kKt = 64;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);              // [32][kLq]
@@ -228,9 +228,9 @@ __global__ void __launch_bounds__(kThreads)
 // key tiles of 32, head groups of 32 inside; warp w owns key row block w / 4 and column blocks
 // (w % 4) * 9 .. + 8 of the tile's gradient.
 __global__ void __launch_bounds__(kThreads)
-    dkv_kernel(int T, int H, int K, const uint16_t* __restrict__ q, const uint16_t* __restrict__ kv,
+    dkv_kernel(int T, int H, int K, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ kv,
                const int32_t* __restrict__ idx, const float* __restrict__ lse, const float* __restrict__ dsum,
-               const uint16_t* __restrict__ d_o, float scale, float* __restrict__ dkv) {
+               const bf16_bits* __restrict__ d_o, float scale, float* __restrict__ dkv) {
   constexpr int kKt = 32;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* ks = reinterpret_cast<bf16*>(smem);               // [32 keys][kLq]
@@ -305,7 +305,7 @@ __global__ void __launch_bounds__(kThreads)
 // diagonal skipped. Per head: S = Q_h K^T on tensor cores (two 16 x 16 fragments per warp), then
 // I += w_h ReLU(S) elementwise, 16 entries per thread.
 __global__ void __launch_bounds__(kThreads)
-    indexer_kernel(int T, int Hi, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
+    indexer_kernel(int T, int Hi, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ k,
                    const float* __restrict__ w, float* __restrict__ scores) {
   constexpr int kDi = 128, kLi = kDi + 8, kT = 64;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -367,7 +367,7 @@ constexpr int kIdxDi = 128, kIdxLd = kIdxDi + 8, kIdxT = 64;
 // Copies rows t0..t0+63 of a BF16 tensor with rows of 128 (row r at src + row(t) * 128) into
 // [64][kIdxLd]; zeros past T.
 template <class RowOf>
-__device__ __forceinline__ void load_idx_tile(bf16* dst, const uint16_t* __restrict__ src, int t0, int T, RowOf row) {
+__device__ __forceinline__ void load_idx_tile(bf16* dst, const bf16_bits* __restrict__ src, int t0, int T, RowOf row) {
   for (int e = threadIdx.x; e < kIdxT * (kIdxDi / 8); e += kThreads) {
     const int r = e / (kIdxDi / 8), part = e % (kIdxDi / 8), t = t0 + r;
     reinterpret_cast<uint4*>(dst + r * kIdxLd)[part] =
@@ -379,7 +379,7 @@ __device__ __forceinline__ void load_idx_tile(bf16* dst, const uint16_t* __restr
 // (64 queries, head, batch), key tiles up to the diagonal. Warp w owns dq fragments (w / 2,
 // (w % 2) * 4 .. + 3).
 __global__ void __launch_bounds__(kThreads)
-    indexer_dq_kernel(int T, int Hi, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
+    indexer_dq_kernel(int T, int Hi, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ k,
                       const float* __restrict__ w, const float* __restrict__ d_scores, float* __restrict__ dq,
                       float* __restrict__ dw) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -440,7 +440,7 @@ __global__ void __launch_bounds__(kThreads)
 // dk(s) += sum_{t >= s} sum_h dI(t, s) w(t, h) [S > 0] q(t, h): block per (64 keys, group of 8
 // heads, batch), query tiles from the diagonal on; the group's sum is added to dk with atomics.
 __global__ void __launch_bounds__(kThreads)
-    indexer_dk_kernel(int T, int Hi, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
+    indexer_dk_kernel(int T, int Hi, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ k,
                       const float* __restrict__ w, const float* __restrict__ d_scores, float* __restrict__ dk) {
   constexpr int kGroup = 8;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -511,7 +511,7 @@ void set_smem(Kernel kernel, size_t bytes) {
 
 }  // namespace
 
-void indexer_scores(const DsaIndexerShape& s, const uint16_t* q, const uint16_t* k, const float* w, float* scores,
+void indexer_scores(const DsaIndexerShape& s, const bf16_bits* q, const bf16_bits* k, const float* w, float* scores,
                     cudaStream_t stream) {
   const int T = static_cast<int>(s.seq), Hi = static_cast<int>(s.heads);
   const size_t smem = 2 * 2 * 64 * (128 + 8) + 4 * 64 * kLs + 4 * 64 * static_cast<size_t>(Hi);
@@ -521,7 +521,7 @@ void indexer_scores(const DsaIndexerShape& s, const uint16_t* q, const uint16_t*
   MOESIM_LAUNCH_CHECK();
 }
 
-void indexer_backward(const DsaIndexerShape& s, const uint16_t* q, const uint16_t* k, const float* w,
+void indexer_backward(const DsaIndexerShape& s, const bf16_bits* q, const bf16_bits* k, const float* w,
                       const float* d_scores, float* dq, float* dk, float* dw, cudaStream_t stream) {
   const int T = static_cast<int>(s.seq), Hi = static_cast<int>(s.heads);
   const size_t smem_q = 2 * 2 * kIdxT * kIdxLd + 4 * kIdxT * kLs + 2 * 2 * kIdxT * kLp + 4 * kIdxT;
@@ -538,8 +538,8 @@ void indexer_backward(const DsaIndexerShape& s, const uint16_t* q, const uint16_
   MOESIM_LAUNCH_CHECK();
 }
 
-void sparse_forward(const DsaAttentionShape& s, const uint16_t* q, const uint16_t* kv, const int32_t* idx, float scale,
-                    uint16_t* o, float* lse, cudaStream_t stream) {
+void sparse_forward(const DsaAttentionShape& s, const bf16_bits* q, const bf16_bits* kv, const int32_t* idx, float scale,
+                    bf16_bits* o, float* lse, cudaStream_t stream) {
   const size_t smem = 2 * (kHg * kLq + 64 * kLq) + 4 * kHg * kLs + 2 * kHg * kLp + 4 * 64;
   static_assert(2 * 64 * kLq >= 4 * kHg * kLat, "the output stage reuses the key tile");
   set_smem(fwd_kernel, smem);
@@ -549,8 +549,8 @@ void sparse_forward(const DsaAttentionShape& s, const uint16_t* q, const uint16_
   MOESIM_LAUNCH_CHECK();
 }
 
-void sparse_backward(const DsaAttentionShape& s, const uint16_t* q, const uint16_t* kv, const int32_t* idx,
-                     const float* lse, const float* dsum, const uint16_t* d_o, float scale, float* dq, float* dkv,
+void sparse_backward(const DsaAttentionShape& s, const bf16_bits* q, const bf16_bits* kv, const int32_t* idx,
+                     const float* lse, const float* dsum, const bf16_bits* d_o, float scale, float* dq, float* dkv,
                      cudaStream_t stream) {
   const int T = static_cast<int>(s.seq), H = static_cast<int>(s.heads), K = static_cast<int>(s.top_k);
   const size_t smem_q =

@@ -13,19 +13,19 @@ namespace moesim::cuda::dsa_tc {
 inline constexpr int kHeadGroup = 32;  // heads per block: the M dimension of the score GEMMs
 
 // Lightning indexer scores (contract of dsa_indexer_scores; any head count, head dim 128).
-void indexer_scores(const DsaIndexerShape& s, const uint16_t* q, const uint16_t* k, const float* w, float* scores,
+void indexer_scores(const DsaIndexerShape& s, const bf16_bits* q, const bf16_bits* k, const float* w, float* scores,
                     cudaStream_t stream);
 
 // Its gradient (contract of dsa_indexer_backward); FP32 gradient weights enter the GEMMs as two
 // BF16 terms (hi + lo).
-void indexer_backward(const DsaIndexerShape& s, const uint16_t* q, const uint16_t* k, const float* w,
+void indexer_backward(const DsaIndexerShape& s, const bf16_bits* q, const bf16_bits* k, const float* w,
                       const float* d_scores, float* dq, float* dk, float* dw, cudaStream_t stream);
 
-void sparse_forward(const DsaAttentionShape& s, const uint16_t* q, const uint16_t* kv, const int32_t* idx, float scale,
-                    uint16_t* o, float* lse, cudaStream_t stream);
+void sparse_forward(const DsaAttentionShape& s, const bf16_bits* q, const bf16_bits* kv, const int32_t* idx, float scale,
+                    bf16_bits* o, float* lse, cudaStream_t stream);
 // dsum: rowsum(dO * O) per (b, t, h), already computed; dkv already zeroed.
-void sparse_backward(const DsaAttentionShape& s, const uint16_t* q, const uint16_t* kv, const int32_t* idx,
-                     const float* lse, const float* dsum, const uint16_t* d_o, float scale, float* dq, float* dkv,
+void sparse_backward(const DsaAttentionShape& s, const bf16_bits* q, const bf16_bits* kv, const int32_t* idx,
+                     const float* lse, const float* dsum, const bf16_bits* d_o, float scale, float* dq, float* dkv,
                      cudaStream_t stream);
 
 }  // namespace moesim::cuda::dsa_tc

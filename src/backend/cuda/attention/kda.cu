@@ -61,8 +61,8 @@ FwdWorkspace split_fwd(const KdaShape& s, void* ws) {
 // One block per (chunk, head, batch), kIntraThreads threads. Padding rows past T are identity
 // steps (k = q = v = 0, g = 0, beta = 0), so they change nothing.
 __global__ void __launch_bounds__(kIntraThreads)
-    kda_intra_kernel(int T, int H, int dv, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
-                     const uint16_t* __restrict__ v, const float* __restrict__ g, const float* __restrict__ beta,
+    kda_intra_kernel(int T, int H, int dv, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ k,
+                     const bf16_bits* __restrict__ v, const float* __restrict__ g, const float* __restrict__ beta,
                      float scale, FwdWorkspace ws) {
   extern __shared__ float sm[];
   float* kt = sm;                // [dk][kPad]
@@ -169,7 +169,7 @@ __device__ __forceinline__ void load_tile(float* dst, const float* __restrict__ 
 // D = U - W S, O = (Gamma Q) S + Aqk D, S <- Diag(exp(G_last)) S + Kg^T D. Thread (rg, cg) owns
 // a 4 x 2 tile of D and O (rows 4 rg.., columns 2 cg..) and an 8 x 2 tile of S.
 __global__ void __launch_bounds__(256)
-    kda_inter_kernel(int T, int H, int dv, int num_c, FwdWorkspace ws, uint16_t* __restrict__ o) {
+    kda_inter_kernel(int T, int H, int dv, int num_c, FwdWorkspace ws, bf16_bits* __restrict__ o) {
   extern __shared__ float sm[];
   float* st = sm;                      // [dk][32] state slice
   float* buf = st + kDk * kInterCols;  // W^T [dk][C], then (Gamma Q)^T [dk][C], then Kg [C][dk]
@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(256)
     for (int r = 0; r < 4; ++r) {
       const int t = n * kC + rg * 4 + r;
       if (t >= T) continue;
-      uint16_t* dst = o + ((static_cast<int64_t>(b) * T + t) * H + h) * dv + d0 + dc;
+      bf16_bits* dst = o + ((static_cast<int64_t>(b) * T + t) * H + h) * dv + d0 + dc;
       dst[0] = to_bf(acc[r][0]);
       dst[1] = to_bf(acc[r][1]);
     }
@@ -280,9 +280,9 @@ struct SegmentInputs {
 
 // Loads tokens ts..te-1 (q and d_o only when given). Synchronises the block before and after.
 __device__ __forceinline__ void stage_segment(const SegmentInputs& si, int ts, int te, int b, int T, int H, int dv,
-                                              int col0, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
-                                              const uint16_t* __restrict__ v, const float* __restrict__ g,
-                                              const float* __restrict__ beta, const uint16_t* __restrict__ d_o) {
+                                              int col0, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ k,
+                                              const bf16_bits* __restrict__ v, const float* __restrict__ g,
+                                              const float* __restrict__ beta, const bf16_bits* __restrict__ d_o) {
   __syncthreads();
   const int n = te - ts;
   for (int e = threadIdx.x; e < n * kDk; e += blockDim.x) {
@@ -313,9 +313,9 @@ __device__ __forceinline__ void stage_segment(const SegmentInputs& si, int ts, i
 // dq, dk, dg and dbeta are summed over the block's warps in shared memory and written per
 // column block into `part`; a second kernel adds the column blocks (no global atomics).
 __global__ void __launch_bounds__(256, 2)
-    kda_bwd_kernel(int T, int H, int dv, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
-                   const uint16_t* __restrict__ v, const float* __restrict__ g, const float* __restrict__ beta,
-                   const uint16_t* __restrict__ d_o, float scale, float* __restrict__ dvv, float* __restrict__ ckpt,
+    kda_bwd_kernel(int T, int H, int dv, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ k,
+                   const bf16_bits* __restrict__ v, const float* __restrict__ g, const float* __restrict__ beta,
+                   const bf16_bits* __restrict__ d_o, float scale, float* __restrict__ dvv, float* __restrict__ ckpt,
                    float* __restrict__ part) {
   extern __shared__ float sm[];
   float* hist = sm;                                   // [8 warps][kSeg][4 cols][dk] S'
@@ -488,8 +488,8 @@ size_t kda_forward_workspace_bytes(const KdaShape& s) {
   return static_cast<size_t>(floats) * sizeof(float);
 }
 
-void kda_forward(const KdaShape& s, const uint16_t* q, const uint16_t* k, const uint16_t* v, const float* g,
-                 const float* beta, float scale, uint16_t* o, void* workspace, cudaStream_t stream) {
+void kda_forward(const KdaShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const float* g,
+                 const float* beta, float scale, bf16_bits* o, void* workspace, cudaStream_t stream) {
   kda_check_shape(s);
   const FwdWorkspace ws = split_fwd(s, workspace);
   const int nc = static_cast<int>(num_chunks(s));
@@ -517,8 +517,8 @@ size_t kda_backward_workspace_bytes(const KdaShape& s) {
   return static_cast<size_t>(ckpt + part) * sizeof(float);
 }
 
-void kda_backward(const KdaShape& s, const uint16_t* q, const uint16_t* k, const uint16_t* v, const float* g,
-                  const float* beta, const uint16_t* d_o, float scale, float* dq, float* dk, float* dv, float* dg,
+void kda_backward(const KdaShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const float* g,
+                  const float* beta, const bf16_bits* d_o, float scale, float* dq, float* dk, float* dv, float* dg,
                   float* dbeta, void* workspace, cudaStream_t stream) {
   kda_check_shape(s);
   const int64_t num_seg = (s.seq + kSeg - 1) / kSeg, num_cb = s.head_dim_v / kBwdCols;

@@ -41,13 +41,13 @@ struct KdaShape {
 void kda_check_shape(const KdaShape& s);
 
 size_t kda_forward_workspace_bytes(const KdaShape& s);
-void kda_forward(const KdaShape& s, const uint16_t* q, const uint16_t* k, const uint16_t* v, const float* g,
-                 const float* beta, float scale, uint16_t* o, void* workspace, cudaStream_t stream);
+void kda_forward(const KdaShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const float* g,
+                 const float* beta, float scale, bf16_bits* o, void* workspace, cudaStream_t stream);
 
 size_t kda_backward_workspace_bytes(const KdaShape& s);
 // Writes every gradient (no accumulation into existing values).
-void kda_backward(const KdaShape& s, const uint16_t* q, const uint16_t* k, const uint16_t* v, const float* g,
-                  const float* beta, const uint16_t* d_o, float scale, float* dq, float* dk, float* dv, float* dg,
+void kda_backward(const KdaShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const float* g,
+                  const float* beta, const bf16_bits* d_o, float scale, float* dq, float* dk, float* dv, float* dg,
                   float* dbeta, void* workspace, cudaStream_t stream);
 
 // FLOPs per head and token, forward: 6 dh^2 + 3 C dh + C^2 (docs/modelling.md#kda, dh = dk);

@@ -31,7 +31,7 @@ __device__ __forceinline__ int64_t row_index(int b, int t, int h, int T, int H) 
 
 // Fills a [kTile][stride] FP32 tile from rows t0.. of a [B, T, H, dim] BF16 tensor (zeros past T).
 template <int Dim>
-__device__ __forceinline__ void load_rows(float* dst, int stride, const uint16_t* __restrict__ src, int b, int t0,
+__device__ __forceinline__ void load_rows(float* dst, int stride, const bf16_bits* __restrict__ src, int b, int t0,
                                           int h, int T, int H, float mul) {
   for (int e = threadIdx.x; e < kTile * Dim; e += kThreads) {
     const int i = e / Dim, c = e % Dim, t = t0 + i;
@@ -41,8 +41,8 @@ __device__ __forceinline__ void load_rows(float* dst, int stride, const uint16_t
 
 template <int DQK, int DV>
 __global__ void __launch_bounds__(kThreads)
-    mla_fwd_kernel(int T, int H, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
-                   const uint16_t* __restrict__ v, float scale, uint16_t* __restrict__ o, float* __restrict__ lse) {
+    mla_fwd_kernel(int T, int H, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ k,
+                   const bf16_bits* __restrict__ v, float scale, bf16_bits* __restrict__ o, float* __restrict__ lse) {
   extern __shared__ float sm[];
   float* qs = sm;                      // [32][DQK], pre-scaled
   float* ks = qs + kTile * DQK;        // [32][DQK + 1]
@@ -104,8 +104,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // D[b, h, t] = sum_d dO * O, one warp per row.
 template <int DV>
-__global__ void mla_dot_kernel(int T, int H, int64_t rows, const uint16_t* __restrict__ o,
-                               const uint16_t* __restrict__ d_o, float* __restrict__ dsum) {
+__global__ void mla_dot_kernel(int T, int H, int64_t rows, const bf16_bits* __restrict__ o,
+                               const bf16_bits* __restrict__ d_o, float* __restrict__ dsum) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
@@ -120,8 +120,8 @@ __global__ void mla_dot_kernel(int T, int H, int64_t rows, const uint16_t* __res
 // dQ_i = scale sum_j P_ij (dP_ij - D_i) K_j with P recomputed from lse; query-major.
 template <int DQK, int DV>
 __global__ void __launch_bounds__(kThreads)
-    mla_dq_kernel(int T, int H, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
-                  const uint16_t* __restrict__ v, const uint16_t* __restrict__ d_o, const float* __restrict__ lse,
+    mla_dq_kernel(int T, int H, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ k,
+                  const bf16_bits* __restrict__ v, const bf16_bits* __restrict__ d_o, const float* __restrict__ lse,
                   const float* __restrict__ dsum, float scale, float* __restrict__ dq) {
   extern __shared__ float sm[];
   float* qs = sm;                      // [32][DQK]
@@ -183,8 +183,8 @@ __global__ void __launch_bounds__(kThreads)
 // dV_j = sum_i P_ij dO_i, dK_j = scale sum_i dS_ij Q_i; key-major over query tiles i >= j.
 template <int DQK, int DV>
 __global__ void __launch_bounds__(kThreads)
-    mla_dkdv_kernel(int T, int H, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
-                    const uint16_t* __restrict__ v, const uint16_t* __restrict__ d_o, const float* __restrict__ lse,
+    mla_dkdv_kernel(int T, int H, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ k,
+                    const bf16_bits* __restrict__ v, const bf16_bits* __restrict__ d_o, const float* __restrict__ lse,
                     const float* __restrict__ dsum, float scale, float* __restrict__ dk, float* __restrict__ dv) {
   extern __shared__ float sm[];
   float* ks = sm;                       // [32][DQK], pre-scaled
@@ -262,7 +262,7 @@ void set_smem(Kernel kernel, size_t bytes) {
 }
 
 template <int DQK, int DV>
-void forward_impl(const MlaShape& s, const uint16_t* q, const uint16_t* k, const uint16_t* v, float scale, uint16_t* o,
+void forward_impl(const MlaShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, float scale, bf16_bits* o,
                   float* lse, cudaStream_t stream) {
   const int T = static_cast<int>(s.seq), H = static_cast<int>(s.heads);
   const dim3 grid((T + kTile - 1) / kTile, H, static_cast<unsigned>(s.batch));
@@ -273,8 +273,8 @@ void forward_impl(const MlaShape& s, const uint16_t* q, const uint16_t* k, const
 }
 
 template <int DQK, int DV>
-void backward_impl(const MlaShape& s, const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* o,
-                   const float* lse, const uint16_t* d_o, float scale, float* dq, float* dk, float* dv, float* dsum,
+void backward_impl(const MlaShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const bf16_bits* o,
+                   const float* lse, const bf16_bits* d_o, float scale, float* dq, float* dk, float* dv, float* dsum,
                    cudaStream_t stream, AttentionImpl impl) {
   const int T = static_cast<int>(s.seq), H = static_cast<int>(s.heads);
   const int64_t rows = s.batch * s.seq * s.heads;
@@ -306,7 +306,7 @@ void mla_check_shape(const MlaShape& s) {
     throw std::invalid_argument("MLA: shape too large");
 }
 
-void mla_forward(const MlaShape& s, const uint16_t* q, const uint16_t* k, const uint16_t* v, float scale, uint16_t* o,
+void mla_forward(const MlaShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, float scale, bf16_bits* o,
                  float* lse, cudaStream_t stream, AttentionImpl impl) {
   mla_check_shape(s);
   if (impl == AttentionImpl::tensor_core) {
@@ -323,8 +323,8 @@ size_t mla_backward_workspace_bytes(const MlaShape& s) {
   return static_cast<size_t>(s.batch * s.heads * s.seq) * sizeof(float);
 }
 
-void mla_backward(const MlaShape& s, const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* o,
-                  const float* lse, const uint16_t* d_o, float scale, float* dq, float* dk, float* dv, void* workspace,
+void mla_backward(const MlaShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const bf16_bits* o,
+                  const float* lse, const bf16_bits* d_o, float scale, float* dq, float* dk, float* dv, void* workspace,
                   cudaStream_t stream, AttentionImpl impl) {
   mla_check_shape(s);
   auto* dsum = static_cast<float*>(workspace);

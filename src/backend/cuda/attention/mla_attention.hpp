@@ -31,13 +31,13 @@ struct MlaShape {
 
 void mla_check_shape(const MlaShape& s);
 
-void mla_forward(const MlaShape& s, const uint16_t* q, const uint16_t* k, const uint16_t* v, float scale, uint16_t* o,
+void mla_forward(const MlaShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, float scale, bf16_bits* o,
                  float* lse, cudaStream_t stream, AttentionImpl impl = AttentionImpl::tensor_core);
 
 // Workspace: one FP32 per (batch, head, query) for rowsum(dO * O).
 size_t mla_backward_workspace_bytes(const MlaShape& s);
-void mla_backward(const MlaShape& s, const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* o,
-                  const float* lse, const uint16_t* d_o, float scale, float* dq, float* dk, float* dv, void* workspace,
+void mla_backward(const MlaShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const bf16_bits* o,
+                  const float* lse, const bf16_bits* d_o, float scale, float* dq, float* dk, float* dv, void* workspace,
                   cudaStream_t stream, AttentionImpl impl = AttentionImpl::tensor_core);
 
 // Forward FLOPs 2 * heads * (dqk + dv) per causal (query, key) pair, as the graph's

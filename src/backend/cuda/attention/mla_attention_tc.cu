@@ -38,7 +38,7 @@ __device__ __forceinline__ int64_t row_index(int b, int t, int h, int T, int H) 
 // Copies rows t0..t0+63 of a [B, T, H, Dim] BF16 tensor into a [64][Dim] tile (zeros past T),
 // 16 bytes per access.
 template <int Dim>
-__device__ __forceinline__ void load_tile(bf16* dst, const uint16_t* __restrict__ src, int b, int t0, int h, int T,
+__device__ __forceinline__ void load_tile(bf16* dst, const bf16_bits* __restrict__ src, int b, int t0, int h, int T,
                                           int H) {
   constexpr int kVec = Dim / 8;
   auto* d4 = reinterpret_cast<uint4*>(dst);
@@ -79,8 +79,8 @@ __device__ __forceinline__ void mma_ab_acc(FragC& c, const bf16* a, const bf16* 
 // Forward: block per (64 queries, head, batch), 4 warps, warp w owns query rows 16w..16w+15.
 template <int DQK, int DV>
 __global__ void __launch_bounds__(128)
-    fwd_kernel(int T, int H, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
-               const uint16_t* __restrict__ v, float scale, uint16_t* __restrict__ o, float* __restrict__ lse) {
+    fwd_kernel(int T, int H, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ k,
+               const bf16_bits* __restrict__ v, float scale, bf16_bits* __restrict__ o, float* __restrict__ lse) {
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);              // [64][pad(DQK)]
   bf16* ks = qs + kB * pad(DQK);                         // [64][pad(DQK)]
@@ -161,8 +161,8 @@ __global__ void __launch_bounds__(128)
 // dQ = scale sum_j dS_ij K_j: block per (64 queries, head, batch), 8 warps.
 template <int DQK, int DV>
 __global__ void __launch_bounds__(256)
-    dq_kernel(int T, int H, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
-              const uint16_t* __restrict__ v, const uint16_t* __restrict__ d_o, const float* __restrict__ lse,
+    dq_kernel(int T, int H, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ k,
+              const bf16_bits* __restrict__ v, const bf16_bits* __restrict__ d_o, const float* __restrict__ lse,
               const float* __restrict__ dsum, float scale, float* __restrict__ dq) {
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);                 // [64][pad(DQK)]
@@ -228,8 +228,8 @@ __global__ void __launch_bounds__(256)
 // query tiles from the diagonal on.
 template <int DQK, int DV>
 __global__ void __launch_bounds__(256)
-    dkdv_kernel(int T, int H, const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
-                const uint16_t* __restrict__ v, const uint16_t* __restrict__ d_o, const float* __restrict__ lse,
+    dkdv_kernel(int T, int H, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ k,
+                const bf16_bits* __restrict__ v, const bf16_bits* __restrict__ d_o, const float* __restrict__ lse,
                 const float* __restrict__ dsum, float scale, float* __restrict__ dk, float* __restrict__ dv) {
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* ks = reinterpret_cast<bf16*>(smem);                  // [64][pad(DQK)]
@@ -310,7 +310,7 @@ void set_smem(Kernel kernel, size_t bytes) {
 }
 
 template <int DQK, int DV>
-void forward_t(const MlaShape& s, const uint16_t* q, const uint16_t* k, const uint16_t* v, float scale, uint16_t* o,
+void forward_t(const MlaShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, float scale, bf16_bits* o,
                float* lse, cudaStream_t stream) {
   const int T = static_cast<int>(s.seq), H = static_cast<int>(s.heads);
   const size_t smem = 2 * (2 * kB * pad(DQK) + kB * pad(DV) + kB * kLdP) + 4 * kB * kLdS;
@@ -322,8 +322,8 @@ void forward_t(const MlaShape& s, const uint16_t* q, const uint16_t* k, const ui
 }
 
 template <int DQK, int DV>
-void backward_t(const MlaShape& s, const uint16_t* q, const uint16_t* k, const uint16_t* v, const float* lse,
-                const float* dsum, const uint16_t* d_o, float scale, float* dq, float* dk, float* dv,
+void backward_t(const MlaShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const float* lse,
+                const float* dsum, const bf16_bits* d_o, float scale, float* dq, float* dk, float* dv,
                 cudaStream_t stream) {
   const int T = static_cast<int>(s.seq), H = static_cast<int>(s.heads);
   const dim3 grid((T + kB - 1) / kB, H, static_cast<unsigned>(s.batch));
@@ -342,7 +342,7 @@ void backward_t(const MlaShape& s, const uint16_t* q, const uint16_t* k, const u
 
 }  // namespace
 
-void forward(const MlaShape& s, const uint16_t* q, const uint16_t* k, const uint16_t* v, float scale, uint16_t* o,
+void forward(const MlaShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, float scale, bf16_bits* o,
              float* lse, cudaStream_t stream) {
   if (s.head_dim_qk == 192) {
     forward_t<192, 128>(s, q, k, v, scale, o, lse, stream);
@@ -351,8 +351,8 @@ void forward(const MlaShape& s, const uint16_t* q, const uint16_t* k, const uint
   }
 }
 
-void backward(const MlaShape& s, const uint16_t* q, const uint16_t* k, const uint16_t* v, const float* lse,
-              const float* dsum, const uint16_t* d_o, float scale, float* dq, float* dk, float* dv,
+void backward(const MlaShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const float* lse,
+              const float* dsum, const bf16_bits* d_o, float scale, float* dq, float* dk, float* dv,
               cudaStream_t stream) {
   if (s.head_dim_qk == 192) {
     backward_t<192, 128>(s, q, k, v, lse, dsum, d_o, scale, dq, dk, dv, stream);

@@ -9,11 +9,11 @@
 
 namespace moesim::cuda::mla_tc {
 
-void forward(const MlaShape& s, const uint16_t* q, const uint16_t* k, const uint16_t* v, float scale, uint16_t* o,
+void forward(const MlaShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, float scale, bf16_bits* o,
              float* lse, cudaStream_t stream);
 // dsum: rowsum(dO * O) per (b, h, t), already computed.
-void backward(const MlaShape& s, const uint16_t* q, const uint16_t* k, const uint16_t* v, const float* lse,
-              const float* dsum, const uint16_t* d_o, float scale, float* dq, float* dk, float* dv,
+void backward(const MlaShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const float* lse,
+              const float* dsum, const bf16_bits* d_o, float scale, float* dq, float* dk, float* dv,
               cudaStream_t stream);
 
 }  // namespace moesim::cuda::mla_tc

@@ -3,7 +3,8 @@
 // definitions (recurrences and softmax as in docs/modelling.md), not from the kernels' algorithms, so
 // that a shared mistake is unlikely. Inputs are the values the GPU sees (BF16 inputs widened to
 // double), layouts as in the kernel headers. Small shapes only: the backward references keep
-// every per-token state.
+// every per-token state. Built with the other kernels' references (../reference.hpp) into one
+// library, backend_reference, which links nothing from CUDA.
 #pragma once
 
 #include <cstdint>

@@ -296,20 +296,20 @@ Sdpa::~Sdpa() {
   if (impl_->handle != nullptr) (void)cudnn::api().destroy(impl_->handle);
 }
 
-void Sdpa::forward(const SdpaShape& s, const uint16_t* q, const uint16_t* k, const uint16_t* v, float scale,
-                   uint16_t* o, float* lse, cudaStream_t stream) {
+void Sdpa::forward(const SdpaShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, float scale,
+                   bf16_bits* o, float* lse, cudaStream_t stream) {
   sdpa_check_shape(s);
   const Plan& p = impl_->plan(false, s);
   float scale_v = scale, neg_inf = -std::numeric_limits<float>::infinity();
   const int64_t uids[] = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
-  void* const ptrs[] = {const_cast<uint16_t*>(q), const_cast<uint16_t*>(k), const_cast<uint16_t*>(v), o, lse,
+  void* const ptrs[] = {const_cast<bf16_bits*>(q), const_cast<bf16_bits*>(k), const_cast<bf16_bits*>(v), o, lse,
                         &scale_v, &neg_inf};
   MOESIM_CUDNN_CHECK(cudnn::api().set_stream(impl_->handle, stream));
   p.execute(impl_->handle, uids, ptrs, impl_->workspace);
 }
 
-void Sdpa::backward(const SdpaShape& s, const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* o,
-                    const float* lse, const uint16_t* d_o, float scale, uint16_t* dq, uint16_t* dk, uint16_t* dv,
+void Sdpa::backward(const SdpaShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const bf16_bits* o,
+                    const float* lse, const bf16_bits* d_o, float scale, bf16_bits* dq, bf16_bits* dk, bf16_bits* dv,
                     void* scratch, cudaStream_t stream) {
   sdpa_check_shape(s);
   if (!backward_supported_by(cudnn::api().version, s)) {
@@ -322,8 +322,8 @@ void Sdpa::backward(const SdpaShape& s, const uint16_t* q, const uint16_t* k, co
   char* dq_accum = softmax_sum + (sums + 255) / 256 * 256;
   float scale_v = scale, neg_inf = -std::numeric_limits<float>::infinity(), one = 1.0f;
   const int64_t uids[] = {kQ, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kSoftmaxSum, kDQAccum, kScale, kNegInf, kOne};
-  void* const ptrs[] = {const_cast<uint16_t*>(q), const_cast<uint16_t*>(k), const_cast<uint16_t*>(v),
-                        const_cast<uint16_t*>(o), const_cast<float*>(lse), const_cast<uint16_t*>(d_o),
+  void* const ptrs[] = {const_cast<bf16_bits*>(q), const_cast<bf16_bits*>(k), const_cast<bf16_bits*>(v),
+                        const_cast<bf16_bits*>(o), const_cast<float*>(lse), const_cast<bf16_bits*>(d_o),
                         dq, dk, dv, softmax_sum, dq_accum, &scale_v, &neg_inf, &one};
   MOESIM_CUDNN_CHECK(cudnn::api().set_stream(impl_->handle, stream));
   p.execute(impl_->handle, uids, ptrs, impl_->workspace);
@@ -361,12 +361,12 @@ namespace {
 struct Sdpa::Impl {};
 Sdpa::Sdpa() { no_cudnn(); }
 Sdpa::~Sdpa() = default;
-void Sdpa::forward(const SdpaShape&, const uint16_t*, const uint16_t*, const uint16_t*, float, uint16_t*, float*,
+void Sdpa::forward(const SdpaShape&, const bf16_bits*, const bf16_bits*, const bf16_bits*, float, bf16_bits*, float*,
                    cudaStream_t) {
   no_cudnn();
 }
-void Sdpa::backward(const SdpaShape&, const uint16_t*, const uint16_t*, const uint16_t*, const uint16_t*, const float*,
-                    const uint16_t*, float, uint16_t*, uint16_t*, uint16_t*, void*, cudaStream_t) {
+void Sdpa::backward(const SdpaShape&, const bf16_bits*, const bf16_bits*, const bf16_bits*, const bf16_bits*, const float*,
+                    const bf16_bits*, float, bf16_bits*, bf16_bits*, bf16_bits*, void*, cudaStream_t) {
   no_cudnn();
 }
 size_t Sdpa::num_plans() const { return 0; }

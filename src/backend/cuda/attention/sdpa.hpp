@@ -71,11 +71,11 @@ class Sdpa {
   Sdpa(const Sdpa&) = delete;
   Sdpa& operator=(const Sdpa&) = delete;
 
-  void forward(const SdpaShape& s, const uint16_t* q, const uint16_t* k, const uint16_t* v, float scale, uint16_t* o,
+  void forward(const SdpaShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, float scale, bf16_bits* o,
                float* lse, cudaStream_t stream);
   // `scratch`: sdpa_backward_scratch_bytes(s), 16-byte aligned; contents need not be initialised.
-  void backward(const SdpaShape& s, const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* o,
-                const float* lse, const uint16_t* d_o, float scale, uint16_t* dq, uint16_t* dk, uint16_t* dv,
+  void backward(const SdpaShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const bf16_bits* o,
+                const float* lse, const bf16_bits* d_o, float scale, bf16_bits* dq, bf16_bits* dk, bf16_bits* dv,
                 void* scratch, cudaStream_t stream);
 
   // Plans built so far (a forward and a backward per shape) and the workspace they share (held

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """What-ifs on the embedded default: each variant is the default scenario with one field
-changed, simulated with `moesim simulate --json`; prints the Markdown table of docs/what-if.md.
---write puts it in the page (replacing the table that starts with "| variant |"); --check exits 1
-when the page's table is not what the binary gives.
+changed, simulated with `moesim simulate --json`; and on a multi-supernode K3 plan (the default
+spread over 7 supernodes, EP 896). Prints the Markdown tables of docs/what-if.md. --write puts them
+in the page (replacing the tables that start with "| variant |" and "| multi-supernode variant |");
+--check exits 1 when a table is not what the binary gives.
 
 usage: tools/what_if.py [MOESIM] [--steps N] [--write | --check]
 """
@@ -92,6 +93,66 @@ VARIANTS = [
       setp("/routing/bias_start_step", 1000)]),
 ]
 
+# A multi-supernode K3 plan: 7 supernodes (896 devices), one expert per rank (EP 896), the default's
+# tokens per device. Its EP group crosses the scale-out network, where dispatch and routing limits
+# matter; simulated with --distinct-ranks (a class of interchangeable ranks per representative).
+MULTI = [
+    setp("/name", "k3-lora-fsdp2-ep896-7sn"), setp("/num_devices", 896), setp("/batch/global_batch_size", 1792),
+    setp("/parallel/fsdp/shard", 896), setp("/parallel/ep", 896),
+]
+MULTI_VARIANTS = [
+    ("7 supernodes, direct dispatch", "-", []),
+    ("hierarchical dispatch", "`/parallel/ep_dispatch` hierarchical", [setp("/parallel/ep_dispatch", "hierarchical")]),
+    ("hierarchical, node-limited M=4", "as above, `/routing/nodes_per_token` 4",
+     [setp("/parallel/ep_dispatch", "hierarchical"), setp("/routing/nodes_per_token", 4)]),
+    ("hierarchical, node-limited M=2", "as above, `/routing/nodes_per_token` 2",
+     [setp("/parallel/ep_dispatch", "hierarchical"), setp("/routing/nodes_per_token", 2)]),
+    ("hierarchical, node-limited M=1", "as above, `/routing/nodes_per_token` 1",
+     [setp("/parallel/ep_dispatch", "hierarchical"), setp("/routing/nodes_per_token", 1)]),
+    ("direct, node-limited M=2", "`/routing/nodes_per_token` 2", [setp("/routing/nodes_per_token", 2)]),
+]
+
+
+def simulate(moesim, tmp, base, variants, flags):
+    rows = []
+    for name, field, changes in variants:
+        scenario = copy.deepcopy(base)
+        for change in changes:
+            change(scenario)
+        path = os.path.join(tmp, "variant.json")
+        with open(path, "w") as f:
+            json.dump(scenario, f)
+        out = subprocess.run([moesim, "simulate", path, "--json"] + flags, capture_output=True, text=True, check=True)
+        rows.append((name, field, json.loads(out.stdout)))
+    return rows
+
+
+def table_of(rows, first_column, versus):
+    t0 = rows[0][2]["step_time_s"]
+    table = [f"| {first_column} | field changed | step time | {versus} | MFU | peak HBM | peak DDR | exposed comm | "
+             "exposed all-to-all | busiest EP rank | fits |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for i, (name, field, r) in enumerate(rows):
+        t = r["step_time_s"]
+        vs = "-" if i == 0 else f"{100 * (t / t0 - 1):+.1f}%"
+        comm = r["breakdown_s"]["exposed_comm"]
+        a2a = r["breakdown_s"]["exposed"].get("all_to_all", 0.0)
+        load = r.get("ep_load_imbalance")
+        busiest = f"{load['p50']:.2f}x" if load else "-"
+        table.append(f"| {name} | {field} | {t:.2f} s | {vs} | {100 * r['mfu']:.1f}% | {r['peak_hbm_bytes'] / 1e9:.1f} GB | "
+                     f"{r['peak_ddr_bytes'] / 1e9:.1f} GB | {comm:.2f} s | {a2a:.2f} s | {busiest} | "
+                     f"{'yes' if r['fits'] else 'no'} |")
+    return table
+
+
+def span_of(lines, header_start):
+    """The lines of the table whose header starts with header_start: [start, end)."""
+    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    end = start
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    return start, end
+
 
 def main():
     args = sys.argv[1:]
@@ -106,52 +167,36 @@ def main():
     with open(DEFAULT) as f:
         base = json.load(f)
     base["model"], base["hardware"] = "kimi-k3-dsa", "supernode-128"
-    rows = []
+    multi = copy.deepcopy(base)
+    for change in MULTI:
+        change(multi)
     with tempfile.TemporaryDirectory() as tmp:
-        for name, field, changes in VARIANTS:
-            scenario = copy.deepcopy(base)
-            for change in changes:
-                change(scenario)
-            path = os.path.join(tmp, "variant.json")
-            with open(path, "w") as f:
-                json.dump(scenario, f)
-            out = subprocess.run([moesim, "simulate", path, "--json", "--steps", steps], capture_output=True, text=True,
-                                 check=True)
-            rows.append((name, field, json.loads(out.stdout)))
-    t0 = rows[0][2]["step_time_s"]
-    table = ["| variant | field changed | step time | vs default | MFU | peak HBM | peak DDR | exposed comm | "
-             "exposed all-to-all | busiest EP rank | fits |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for name, field, r in rows:
-        t = r["step_time_s"]
-        vs = "-" if name == "default" else f"{100 * (t / t0 - 1):+.1f}%"
-        comm = r["breakdown_s"]["exposed_comm"]
-        a2a = r["breakdown_s"]["exposed"].get("all_to_all", 0.0)
-        load = r.get("ep_load_imbalance")
-        busiest = f"{load['p50']:.2f}x" if load else "-"
-        table.append(f"| {name} | {field} | {t:.2f} s | {vs} | {100 * r['mfu']:.1f}% | {r['peak_hbm_bytes'] / 1e9:.1f} GB | "
-                     f"{r['peak_ddr_bytes'] / 1e9:.1f} GB | {comm:.2f} s | {a2a:.2f} s | {busiest} | "
-                     f"{'yes' if r['fits'] else 'no'} |")
+        tables = [("| variant |", table_of(simulate(moesim, tmp, base, VARIANTS, ["--steps", steps]), "variant", "vs default")),
+                  ("| multi-supernode variant |",
+                   table_of(simulate(moesim, tmp, multi, MULTI_VARIANTS, ["--steps", steps, "--distinct-ranks"]),
+                            "multi-supernode variant", "vs direct"))]
     if not (write or check):
-        print("\n".join(table))
+        print("\n\n".join("\n".join(t) for _, t in tables))
         return
     with open(PAGE) as f:
         lines = f.read().split("\n")
-    start = next(i for i, line in enumerate(lines) if line.startswith("| variant |"))
-    end = start
-    while end < len(lines) and lines[end].startswith("|"):
-        end += 1
-    if check:
-        if lines[start:end] != table:
-            print("docs/what-if.md is stale; run tools/what_if.py MOESIM --write")
+    stale = False
+    for header, table in tables:
+        start, end = span_of(lines, header)
+        if check and lines[start:end] != table:
+            stale = True
             for old, new in zip(lines[start:end], table):
                 if old != new:
                     print(f"- {old}\n+ {new}")
+        lines[start:end] = table
+    if check:
+        if stale:
+            print("docs/what-if.md is stale; run tools/what_if.py MOESIM --write")
             sys.exit(1)
         print("docs/what-if.md matches the binary")
         return
     with open(PAGE, "w") as f:
-        f.write("\n".join(lines[:start] + table + lines[end:]))
+        f.write("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -120,7 +120,7 @@ PlanNumbers plan_numbers(const Scenario& s) {
   const auto& b = s.spec.batch;
   PlanNumbers n{};
   n.dp = p.dp();
-  n.micro_steps = b.global_batch_size / (b.micro_batch_size * n.dp);
+  n.micro_steps = micro_batches_per_step(s.spec);
   n.tokens_per_step = b.global_batch_size * b.sequence_length;
   const ParallelPlan plan = build_parallel_plan(s.spec);
   n.experts_per_ep_rank = s.model.moe ? plan.experts_per_rank(s.model.moe->num_experts) : 0;

@@ -139,7 +139,7 @@ class StepBuilder {
     c_.shared_expert_overlap = spec_.overlap.moe_shared_expert_overlap;
     c_.dispatch_chunks = spec_.overlap.moe_dispatch_chunks;
     c_.attention_dropout = spec_.training.attention_dropout;
-    num_micro_ = spec_.batch.global_batch_size / (spec_.batch.micro_batch_size * p.dp());
+    num_micro_ = micro_batches_per_step(spec_);
     zero_stage_ = p.fsdp.zero_stage;
     offload_ = p.fsdp.offload;
     sync_every_micro_ = resolved_gradient_sync(p.fsdp, p.pp.stages) == GradientSync::every_micro_batch;

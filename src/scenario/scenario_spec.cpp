@@ -217,7 +217,7 @@ void declare_fields(F& f, OverlapSpec& s) {
   f.optional("moe_local_first", s.moe_local_first, false,
              "Experts start on the assignments that stay on the rank while the dispatch all-to-all carries the rest: "
              "the grouped GEMMs split into a local and a remote part, the local up-projection covering the dispatch "
-             "and the local down-projection the combine (the seeds' asynchronous all-to-all). Needs ep > 1 to "
+             "and the local down-projection the combine (an asynchronous all-to-all overlapped with the local experts). Needs ep > 1 to "
              "change anything.");
   f.optional("moe_shared_expert_overlap", s.moe_shared_expert_overlap, false,
              "Shared experts run while the routed tokens travel: their up-projection after the dispatch is issued, "
@@ -456,6 +456,10 @@ double comm_buffer_bytes(const ScenarioSpec& spec, const HardwareSpec& hardware,
 }
 
 std::vector<FieldRow> describe_scenario_fields() { return FieldDescriber::describe<ScenarioSpec>(); }
+
+int64_t micro_batches_per_step(const ScenarioSpec& spec) {
+  return spec.batch.global_batch_size / (spec.batch.micro_batch_size * spec.parallel.dp());
+}
 
 Dtype unquantized_dtype(const PrecisionSpec& p) {
   return dtype_bytes(p.compute) < 2 ? p.activations : p.compute;

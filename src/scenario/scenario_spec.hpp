@@ -326,6 +326,10 @@ struct Scenario {
   std::vector<double> routing_histogram;  // tokens per expert, when routing is a histogram
 };
 
+// Micro-batches each data-parallel rank runs per optimizer step: global_batch_size / (micro_batch_size
+// x dp), whole for a checked scenario (check_scenario refuses a remainder).
+int64_t micro_batches_per_step(const ScenarioSpec& spec);
+
 Scenario load_scenario(const InputText& input);
 // The same with `hardware` in place of the file the scenario names (`--hardware` on the command
 // line: a calibration scenario run on the user's own machine). The plan's checks run against it.

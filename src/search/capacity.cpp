@@ -121,7 +121,7 @@ class DeviceSearch {
       if (data % s != 0 || (s * p.cp) % p.ep != 0) continue;
       if (s * p.cp * p.tp.degree <= domain || s == p.fsdp.shard) shards.push_back(s);
     }
-    const int64_t micro_steps = spec.batch.global_batch_size / (spec.batch.micro_batch_size * p.dp());
+    const int64_t micro_steps = micro_batches_per_step(spec);
     for (int64_t s : shards) {
       PlanCandidate c;
       c.num_devices = n;
@@ -219,7 +219,7 @@ class FitSearch {
       rep.emplace_back("/batch/sequence_length", str(value));
     } else {
       // Keep the micro-steps per optimizer step: the global batch follows the micro-batch.
-      const int64_t micro_steps = spec.batch.global_batch_size / (spec.batch.micro_batch_size * spec.parallel.dp());
+      const int64_t micro_steps = micro_batches_per_step(spec);
       rep.emplace_back("/batch/micro_batch_size", str(value));
       rep.emplace_back("/batch/global_batch_size", str(value * spec.parallel.dp() * micro_steps));
     }

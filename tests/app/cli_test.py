@@ -177,7 +177,7 @@ with tempfile.TemporaryDirectory() as tmp:
     expect("fusion --apply without -o exit 2", r.returncode == 2 and r.stdout == "", r.stderr)
 
 # Bad input: exit code 2, a message naming the file and JSON path, nothing on stdout, within a
-# time and memory bound (hostile inputs, issue 21: tests/data/make_bad_inputs.py groups them by class).
+# time and memory bound (hostile inputs: tests/data/make_bad_inputs.py groups them by class).
 BAD_SECONDS = 10           # each refusal; they take milliseconds
 BAD_RSS_BYTES = 1 << 30    # each refusal's peak resident memory (ASan builds included)
 

@@ -5,7 +5,7 @@ cases.json, the error each must produce (file, JSON path, message fragment), rea
 tests/scenario/test_bad_inputs.cpp and tests/app/cli_test.py; and cli_cases.json, hostile inputs
 for the other readers (calibration files, exported graphs, flags), read by cli_test.py only.
 
-Every case has a class (issue 21): schema (a plain mistake), crash (inputs that used to crash:
+Every case has a class: schema (a plain mistake), crash (inputs that used to crash:
 deep nesting, products past 64 bits), literal (numbers beyond a double), absurd (values beyond
 the physical bounds of docs/limits.md), unbounded (work beyond moesim's limits), location (errors
 that used to name the wrong file or path), bound (the largest accepted values: exit 0 where they
@@ -183,7 +183,7 @@ os.makedirs(os.path.join(OUT, "routing"), exist_ok=True)
 with open(os.path.join(OUT, "routing", "short-histogram.json"), "w") as f:
     f.write('{"tokens_per_expert": [1, 2, 3]}\n')
 
-# --- issue 21: hostile inputs, by class ------------------------------------------------------------
+# --- hostile inputs, by class ------------------------------------------------------------
 DEPTH = 128  # src/core/limits.hpp kMaxJsonDepth
 model_text = json.dumps(model, indent=2)
 hw_text = json.dumps(hw, indent=2)
@@ -348,7 +348,7 @@ graph_case("histogram-1e300", mutate(graph, setp("/routing", {"num_experts": 2, 
 graph_case("fragmentation-5", mutate(graph, setp("/allocator_fragmentation", 5)), "/allocator_fragmentation", "must be between 0 and 1", "absurd")
 graph_case("routed-assignments", mutate(graph, lambda d: (d.update(tokens_per_micro_batch=2**40), d.update(routing={"num_experts": 2**20, "top_k": 2**20, "ep": 1}))), "/routing/top_k", "(expert assignments per EP group and micro-batch) exceeds 1125899906842624", "unbounded")
 
-# At the bounds (issue 21): inputs at the largest values the loaders accept must not overflow an
+# At the bounds: inputs at the largest values the loaders accept must not overflow an
 # int64 product or crash on the way (the sanitizer build runs them too). A one-device, two-layer
 # MoE slice with 2^40 tokens per micro-batch and the widest layers is built whole (`graph stats`,
 # exit 0) and refused by the engine, whose clock a step of such ops would pass (exit 2, the

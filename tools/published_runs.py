@@ -163,10 +163,15 @@ How plans are expressed:
   `precision.params` fp8; BF16 optimizer moments `precision.optimizer_states` bf16.
 - MoE routing is uniform (one sampled step, seed 1) for forced-balance, dropless and token-drop runs
   alike.
+- Attention kernel: the hardware file's default (its best current kernel: FlashAttention-3 on H100)
+  unless the source's stack is known to have run another; torchtitan's end-of-2024 H100 runs state
+  `fused_ops.attention_kernel` flash2 (PyTorch SDPA's flash backend, its default on H100 then).
+- GPU variants: the hardware file of the part the source names where one exists (h100-hbm2e-500w for
+  Meta's 500 W, HBM2e Grand Teton H100s).
 - Micro-batch sizes and other plan fields the source does not state are listed under each case's
   `assumptions`; plan details the scenario schema cannot express (dispatchers such as DeepEP/HybridEP,
-  communication overlaps, CUDA graphs, torch.compile, non-standard GPU variants, FP8 on the attention
-  core) under its `deviations`.
+  communication overlaps, CUDA graphs, torch.compile, GPU variants without a hardware file, FP8 on the
+  attention core) under its `deviations`.
 """
 
 

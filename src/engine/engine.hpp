@@ -6,11 +6,15 @@
 //   event_queue.hpp    the event heap on (time, sequence): same-time events in FIFO order
 //   program_index.*    per program: successors, queue predecessors, collective match indices
 //   rendezvous.hpp     where collectives and send/receive pairs meet across ranks
+//   flow_network.*     the transfers in flight as flows on ports, host links and switch instances
 //   max_min.*          weighted max-min sharing of ports, host links and switch instances
 //   switch_tiers.*     which switch instances a transfer crosses, with what weight
 //   rank_classes.*     interchangeable ranks (--distinct-ranks)
+//   slot_map.*         the ranks simulated ("slots"): every rank, or one per class
+//   expert_loads.*     the routing draw's rows and all-to-all bytes of the MoE ops per slot
 //   step_analysis.*    post-run: time by op, critical path, exposed time, deadlock report
-//   engine.cpp         the event loop: ops start and end, transfers become flows, memory effects
+//   engine.cpp         the event loop: ops are issued, start and end, transfers meet and become
+//                      flows, memory effects apply
 //
 // Execution rules (the contract of program.hpp and queues.hpp, with communicators explicit):
 //   - compute ops run in order on the compute queue, host copies on the copy queue,
@@ -51,7 +55,7 @@
 namespace moesim {
 
 // The simulation could not finish a step (its programs deadlock): an internal error, never a
-// step time. The message is a deadlock report (Engine::Impl::check_complete).
+// step time. The message is a deadlock report (deadlock_report, step_analysis.hpp).
 class SimulationError : public std::logic_error {
  public:
   using std::logic_error::logic_error;
@@ -66,7 +70,7 @@ struct EngineOptions {
   // reuses one graph (and one engine) without changing it. Must outlive the run.
   const RoutingSampler* routing = nullptr;
   // Simulate one representative per class of interchangeable ranks (same program, same speed,
-  // same classes of peers in every group) instead of every rank; see engine.cpp. Exact when the
+  // same classes of peers in every group) instead of every rank; see rank_classes.hpp. Exact when the
   // members' loads are equal; with sampled routing each class runs its slowest member's loads.
   bool distinct_ranks = false;
   // Verify every max-min sharing against its definition (tests): StepResult counts the checks
@@ -100,7 +104,7 @@ struct StepResult {
   std::vector<std::pair<OpKind, Picoseconds>> compute_busy;  // by kind
   std::vector<std::pair<OpKind, Picoseconds>> comm_busy;     // by kind, summed over the rank's queues
   // The slowest rank's compute stream, split: time running compute kernels, and every other
-  // moment of the step by what held it (see Engine::Impl::exposed): a collective's kind
+  // moment of the step by what held it (see exposed_time, step_analysis.hpp): a collective's kind
   // ("all_gather", ...; both while it waits for one and while one runs on the compute stream),
   // "pipeline_bubble" (waiting for a pipeline send/receive), "swap" (waiting for a copy from
   // host memory), "data_parallel" (FSDP2's copies on its communication streams), "host" (waiting
@@ -110,7 +114,7 @@ struct StepResult {
   // The slowest rank's ops with the most time, by op name (summed over micro-batches): where the
   // step goes.
   std::vector<std::pair<std::string, Picoseconds>> top_ops;
-  // The chain of ops that set the step's end (see Engine::Impl::critical_path), their time summed
+  // The chain of ops that set the step's end (see critical_path, step_analysis.hpp), their time summed
   // by op name, largest first; and how many ops the chain has.
   std::vector<std::pair<std::string, Picoseconds>> critical_path;
   int64_t critical_path_length = 0;

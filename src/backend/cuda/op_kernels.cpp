@@ -57,7 +57,7 @@ RoutingPlan build_routing_plan(const StepGraph& g, int64_t rank, int64_t step) {
         continue;
       }
       if (ep == 2) {
-        // The engine's draw (engine.cpp, group_routing): per member, rows received and kept.
+        // The engine's draw (engine/expert_loads.cpp, group_routing): per member, rows received and kept.
         std::vector<int64_t> recv(2), kept(2);
         rs.sample_group_loads(step, op.routing_layer, op.micro, g.plan.group_id(rank, GroupKind::ep), t, recv, kept);
         const auto other = static_cast<size_t>(1 - me);

@@ -2,8 +2,6 @@
 // Field declarations and consistency checks of hardware/*.json.
 #include "hardware/hardware_spec.hpp"
 
-#include <stdexcept>
-
 #include "core/fields.hpp"
 #include "core/limits.hpp"
 
@@ -252,10 +250,10 @@ const AttentionKernelCurves* AttentionKernelsSpec::of(AttentionKernel kernel) co
   return curves && *curves ? &**curves : nullptr;
 }
 
-EfficiencySpec with_attention_kernel(EfficiencySpec e, AttentionKernel kernel) {
+std::optional<EfficiencySpec> with_attention_kernel(EfficiencySpec e, AttentionKernel kernel) {
   if (kernel == AttentionKernel::platform_default) return e;
   const AttentionKernelCurves* curves = e.attention_kernels ? e.attention_kernels->of(kernel) : nullptr;
-  if (!curves) throw std::out_of_range("no curves for this attention kernel");
+  if (!curves) return std::nullopt;
   e.attention = curves->forward;
   e.attention_backward = curves->backward;
   return e;

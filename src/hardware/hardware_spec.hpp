@@ -175,8 +175,8 @@ struct HardwareSpec {
 };
 
 // `e` with the attention curves of `kernel` in place of the default ones; platform_default leaves it
-// as it is. Throws std::out_of_range when the hardware file does not carry that kernel.
-EfficiencySpec with_attention_kernel(EfficiencySpec e, AttentionKernel kernel);
+// as it is; empty when the hardware file does not carry that kernel.
+std::optional<EfficiencySpec> with_attention_kernel(EfficiencySpec e, AttentionKernel kernel);
 
 HardwareSpec load_hardware(const InputText& input);
 std::vector<FieldRow> describe_hardware_fields();

@@ -3,7 +3,6 @@
 #include "scenario/scenario_spec.hpp"
 
 #include <algorithm>
-#include <stdexcept>
 
 #include "core/fields.hpp"
 #include "core/limits.hpp"
@@ -420,13 +419,13 @@ Scenario load_scenario_with(const InputText& input, const InputText* hardware) {
   const InputText hardware_input = hardware ? *hardware : read_referenced(input, "/hardware", s.spec.hardware, "hardware");
   s.hardware_file = hardware_input.name;
   s.hardware = load_hardware(hardware_input);
-  try {
-    s.hardware.efficiency = with_attention_kernel(s.hardware.efficiency, s.spec.fused_ops.attention_kernel);
-  } catch (const std::out_of_range&) {
+  const auto efficiency = with_attention_kernel(s.hardware.efficiency, s.spec.fused_ops.attention_kernel);
+  if (!efficiency) {
     throw InputError(input.name, "/fused_ops/attention_kernel",
                      "hardware " + s.hardware_file + " has no efficiency.attention_kernels." +
                          std::string(enum_name(s.spec.fused_ops.attention_kernel)) + " curves");
   }
+  s.hardware.efficiency = *efficiency;
   check_scenario(s);
   if (s.spec.routing.distribution == RoutingDistribution::histogram) {
     s.routing_histogram = load_routing_histogram(

@@ -15,6 +15,8 @@
 // - D) with D = rowsum(dO O); dQ = scale dS K accumulates in registers (72 columns per warp);
 // dKV(tile) = scale dS^T Q + P^T dO, summed over the block's 32 heads in registers, is added to
 // dkv with FP32 vector reductions (red.global.add.v2).
+#include <cooperative_groups.h>
+
 #include <cmath>
 
 #include "backend/cuda/attention/dsa_mma.hpp"
@@ -50,20 +52,21 @@ __device__ __forceinline__ BlockPos block_pos(int T, int groups) {
 }
 
 // Starts copying the latents of slots slot0 .. slot0 + Keys - 1 into dst [Keys][kLk] (zeros for
-// slots past `slots` or holding -1) and their indices into sel_dst; one commit group.
+// slots past `slots` or holding -1) and their indices into sel_dst; one commit group. Each key
+// row has kThreads / Keys threads, which read its index once and copy every such 16-byte piece.
 template <int Keys>
 __device__ __forceinline__ void gather_async(bf16* dst, int* sel_dst, const int32_t* __restrict__ sel, int slot0,
                                              int slots, const bf16_bits* __restrict__ kv_b) {
-  for (int e = threadIdx.x; e < Keys * kChunks; e += kThreads) {
-    const int j = e / kChunks, part = e - j * kChunks, slot = slot0 + j;
-    const int key = slot < slots ? __ldg(sel + slot) : -1;
-    const bf16_bits* src = key >= 0 ? kv_b + static_cast<int64_t>(key) * kDq + part * 8 : kv_b;
-    ptx::cp_async16(dst + j * kLk + part * 8, src, key >= 0 ? 16 : 0);
-  }
-  if (threadIdx.x < Keys) {
-    const int slot = slot0 + static_cast<int>(threadIdx.x);
-    sel_dst[threadIdx.x] = slot < slots ? __ldg(sel + slot) : -1;
-  }
+  constexpr int kPer = kThreads / Keys;
+  static_assert(kThreads % Keys == 0 && kChunks % kPer == 0, "whole rows per thread group");
+  const int j = static_cast<int>(threadIdx.x) / kPer, p0 = static_cast<int>(threadIdx.x) % kPer, slot = slot0 + j;
+  const int key = slot < slots ? __ldg(sel + slot) : -1;
+  const bf16_bits* src = kv_b + (key >= 0 ? static_cast<int64_t>(key) * kDq : 0);
+  const int bytes = key >= 0 ? 16 : 0;
+  bf16* d = dst + j * kLk;
+#pragma unroll
+  for (int p = p0; p < kChunks; p += kPer) ptx::cp_async16(d + p * 8, src + p * 8, bytes);
+  if (p0 == 0) sel_dst[j] = key;
   ptx::cp_async_commit();
 }
 
@@ -235,9 +238,23 @@ __global__ void __launch_bounds__(kThreads, 1)
 constexpr int kBk = 32;       // keys per tile
 constexpr int kBs = kBk + 8;  // FP32 partial rows
 constexpr int kBp = kBk + 8;  // BF16 P / dS rows (80 bytes, 5 pieces)
-constexpr size_t kBwdSmem = sizeof(bf16) * (2 * kBk * kLk + kHg * kLk + kHg * kLv) + sizeof(float) * 2 * 4 * kHg * kBs +
-                            sizeof(bf16) * 2 * kHg * kBp + sizeof(int) * 2 * kBk + sizeof(float) * 2 * kHg;
+constexpr int kBnb = 9;      // 8-column blocks of dQ and dKV per warp (72 of the 576 columns)
+// The dKV exchange of a cluster of CL head groups: column block nb of every warp belongs to rank
+// nb % CL, which receives the other ranks' fragments of it: (CL - 1) senders x 8 warps x up to
+// ceil(9 / CL) blocks x 2 row blocks x 32 lanes x float4.
+__host__ __device__ constexpr int bwd_nbl(int cl) { return (kBnb + cl - 1) / cl; }
+__host__ __device__ constexpr size_t bwd_recv_bytes(int cl) { return sizeof(float4) * (cl - 1) * 8 * bwd_nbl(cl) * 2 * 32; }
+// The partial S and dP buffers and the exchange buffer share one region (never live together).
+__host__ __device__ constexpr size_t bwd_region_bytes(int cl) {
+  return bwd_recv_bytes(cl) > sizeof(float) * 2 * 4 * kHg * kBs ? bwd_recv_bytes(cl) : sizeof(float) * 2 * 4 * kHg * kBs;
+}
+constexpr size_t bwd_smem(int cl) {
+  return sizeof(bf16) * (2 * kBk * kLk + kHg * kLk + kHg * kLv) + bwd_region_bytes(cl) + sizeof(bf16) * 2 * kHg * kBp +
+         sizeof(int) * 2 * kBk + sizeof(float) * 2 * kHg;
+}
 
+// CL: head groups per thread-block cluster (1, 2 or 3; consecutive blocks, so one query's groups).
+template <int CL>
 __global__ void __launch_bounds__(kThreads, 1)
     bwd_kernel(int T, int H, int K, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ kv,
                const int32_t* __restrict__ idx, const float* __restrict__ lse, const float* __restrict__ dsum,
@@ -248,7 +265,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   bf16* dos = qs + kHg * kLk;                                 // [32 heads][kLv]
   float* sp = reinterpret_cast<float*>(dos + kHg * kLv);      // [4 dim slices][32 heads][kBs] partial S
   float* dpp = sp + 4 * kHg * kBs;                            // the same for dP
-  bf16* pb = reinterpret_cast<bf16*>(dpp + 4 * kHg * kBs);    // [32 heads][kBp] P
+  float4* recv = reinterpret_cast<float4*>(sp);               // the dKV exchange (CL > 1), over sp and dpp
+  bf16* pb = reinterpret_cast<bf16*>(smem + sizeof(bf16) * (2 * kBk * kLk + kHg * kLk + kHg * kLv) +
+                                     bwd_region_bytes(CL));   // [32 heads][kBp] P
   bf16* dsb = pb + kHg * kBp;                                 // [32 heads][kBp] scale dS
   int* sel_s = reinterpret_cast<int*>(dsb + kHg * kBp);       // [2][32]
   float* lse_s = reinterpret_cast<float*>(sel_s + 2 * kBk);   // [32] lse log2(e)
@@ -369,12 +388,60 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       }
-      for (int mb = 0; mb < 2; ++mb) {
-        for (int half = 0; half < 2; ++half) {
-          const int key = sel_s[buf * kBk + mb * 16 + gq + 8 * half];
+      // Sum over the cluster's head groups through distributed shared memory: the owner of a
+      // column block adds the other ranks' fragments to its own and alone reduces it into dkv.
+      int rank = 0;
+      if constexpr (CL > 1) {
+        namespace cg = cooperative_groups;
+        cg::cluster_group cluster = cg::this_cluster();
+        rank = static_cast<int>(cluster.block_rank());
+        constexpr int kStride = bwd_nbl(CL) * 2;
+        cluster.sync();  // every rank is past its elementwise step: the exchange buffers are free
+#pragma unroll
+        for (int nb = 0; nb < kBnb; ++nb) {
+          const int owner = nb % CL;
+          if (owner == rank) continue;
+          float4* dst = cluster.map_shared_rank(recv, owner);
+          const int slot = (rank - owner - 1 + CL) % CL;
+#pragma unroll
+          for (int mb = 0; mb < 2; ++mb) {
+            dst[((slot * 8 + warp) * kStride + (nb / CL) * 2 + mb) * 32 + lane] =
+                make_float4(kacc[mb][nb][0], kacc[mb][nb][1], kacc[mb][nb][2], kacc[mb][nb][3]);
+          }
+        }
+        cluster.sync();  // the fragments are in
+#pragma unroll
+        for (int nb = 0; nb < kBnb; ++nb) {
+          if (nb % CL != rank) continue;
+#pragma unroll
+          for (int sl = 0; sl < CL - 1; ++sl) {
+#pragma unroll
+            for (int mb = 0; mb < 2; ++mb) {
+              const float4 v = recv[((sl * 8 + warp) * kStride + (nb / CL) * 2 + mb) * 32 + lane];
+              kacc[mb][nb][0] += v.x, kacc[mb][nb][1] += v.y, kacc[mb][nb][2] += v.z, kacc[mb][nb][3] += v.w;
+            }
+          }
+        }
+      }
+      // Lanes c and c ^ 1 trade halves so that each holds 4 consecutive columns of one key row:
+      // even c row gq (columns 2c .. 2c + 3), odd c row gq + 8 (columns 2c - 2 .. 2c + 1).
+      const bool odd = cq & 1;
+#pragma unroll
+      for (int nb = 0; nb < kBnb; ++nb) {
+        if (nb % CL != rank) continue;
+#pragma unroll
+        for (int mb = 0; mb < 2; ++mb) {
+          const float c0 = kacc[mb][nb][0], c1 = kacc[mb][nb][1], c2 = kacc[mb][nb][2], c3 = kacc[mb][nb][3];
+          const float r0 = __shfl_xor_sync(0xffffffffu, odd ? c0 : c2, 1);
+          const float r1 = __shfl_xor_sync(0xffffffffu, odd ? c1 : c3, 1);
+          const int key = sel_s[buf * kBk + mb * 16 + gq + (odd ? 8 : 0)];
           if (key < 0) continue;
-          float* dst = dkv_b + static_cast<int64_t>(key) * kDq + warp * 72 + 2 * cq;
-          for (int nb = 0; nb < 9; ++nb) ptx::red_add_v2(dst + nb * 8, kacc[mb][nb][2 * half], kacc[mb][nb][2 * half + 1]);
+          float* dst = dkv_b + static_cast<int64_t>(key) * kDq + warp * 72 + nb * 8 + 2 * (cq & ~1);
+          if (odd) {
+            ptx::red_add_v4(dst, r0, r1, c2, c3);
+          } else {
+            ptx::red_add_v4(dst, c0, c1, r0, r1);
+          }
         }
       }
     }
@@ -398,6 +465,28 @@ unsigned num_blocks(const DsaAttentionShape& s) {
   return static_cast<unsigned>(s.batch * s.seq * (s.heads / kHg));
 }
 
+template <int CL>
+void launch_backward(const DsaAttentionShape& s, const bf16_bits* q, const bf16_bits* kv, const int32_t* idx,
+                     const float* lse, const float* dsum, const bf16_bits* d_o, float scale, float* dq, float* dkv,
+                     cudaStream_t stream) {
+  constexpr size_t smem = bwd_smem(CL);
+  set_smem(bwd_kernel<CL>, smem);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(num_blocks(s));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = CL;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  MOESIM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, bwd_kernel<CL>, static_cast<int>(s.seq), static_cast<int>(s.heads),
+                                       static_cast<int>(s.top_k), q, kv, idx, lse, dsum, d_o, scale, dq, dkv));
+}
+
 }  // namespace
 
 void sparse_forward(const DsaAttentionShape& s, const bf16_bits* q, const bf16_bits* kv, const int32_t* idx, float scale,
@@ -411,11 +500,14 @@ void sparse_forward(const DsaAttentionShape& s, const bf16_bits* q, const bf16_b
 void sparse_backward(const DsaAttentionShape& s, const bf16_bits* q, const bf16_bits* kv, const int32_t* idx,
                      const float* lse, const float* dsum, const bf16_bits* d_o, float scale, float* dq, float* dkv,
                      cudaStream_t stream) {
-  set_smem(bwd_kernel, kBwdSmem);
-  bwd_kernel<<<num_blocks(s), kThreads, kBwdSmem, stream>>>(static_cast<int>(s.seq), static_cast<int>(s.heads),
-                                                            static_cast<int>(s.top_k), q, kv, idx, lse, dsum, d_o,
-                                                            scale, dq, dkv);
-  MOESIM_LAUNCH_CHECK();
+  const int groups = static_cast<int>(s.heads / kHg);
+  if (groups % 3 == 0) {
+    launch_backward<3>(s, q, kv, idx, lse, dsum, d_o, scale, dq, dkv, stream);
+  } else if (groups % 2 == 0) {
+    launch_backward<2>(s, q, kv, idx, lse, dsum, d_o, scale, dq, dkv, stream);
+  } else {
+    launch_backward<1>(s, q, kv, idx, lse, dsum, d_o, scale, dq, dkv, stream);
+  }
 }
 
 }  // namespace moesim::cuda::dsa_mma

@@ -52,21 +52,23 @@ __device__ __forceinline__ BlockPos block_pos(int T, int groups) {
 }
 
 // Starts copying the latents of slots slot0 .. slot0 + Keys - 1 into dst [Keys][kLk] (zeros for
-// slots past `slots` or holding -1) and their indices into sel_dst; one commit group. Each key
-// row has kThreads / Keys threads, which read its index once and copy every such 16-byte piece.
-template <int Keys>
+// slots past `slots` or holding -1) and their indices into sel_dst; always one commit group
+// (empty when slot0 >= slots, so that wait_group counts stay uniform). Each key row has kPer
+// threads, which read its index once and copy every kPer-th 16-byte piece.
+template <int Keys, int kPer = kThreads / Keys>
 __device__ __forceinline__ void gather_async(bf16* dst, int* sel_dst, const int32_t* __restrict__ sel, int slot0,
                                              int slots, const bf16_bits* __restrict__ kv_b) {
-  constexpr int kPer = kThreads / Keys;
-  static_assert(kThreads % Keys == 0 && kChunks % kPer == 0, "whole rows per thread group");
+  static_assert(Keys * kPer <= kThreads && kChunks % kPer == 0, "whole rows per thread group");
   const int j = static_cast<int>(threadIdx.x) / kPer, p0 = static_cast<int>(threadIdx.x) % kPer, slot = slot0 + j;
-  const int key = slot < slots ? __ldg(sel + slot) : -1;
-  const bf16_bits* src = kv_b + (key >= 0 ? static_cast<int64_t>(key) * kDq : 0);
-  const int bytes = key >= 0 ? 16 : 0;
-  bf16* d = dst + j * kLk;
+  if (slot0 < slots && j < Keys) {
+    const int key = slot < slots ? __ldg(sel + slot) : -1;
+    const bf16_bits* src = kv_b + (key >= 0 ? static_cast<int64_t>(key) * kDq : 0);
+    const int bytes = key >= 0 ? 16 : 0;
+    bf16* d = dst + j * kLk;
 #pragma unroll
-  for (int p = p0; p < kChunks; p += kPer) ptx::cp_async16(d + p * 8, src + p * 8, bytes);
-  if (p0 == 0) sel_dst[j] = key;
+    for (int p = p0; p < kChunks; p += kPer) ptx::cp_async16(d + p * 8, src + p * 8, bytes);
+    if (p0 == 0) sel_dst[j] = key;
+  }
   ptx::cp_async_commit();
 }
 
@@ -82,39 +84,96 @@ __device__ __forceinline__ void copy_rows_async(bf16* dst, int ld, const bf16_bi
 
 // ---- Forward -----------------------------------------------------------------------------------
 
-constexpr int kFk = 64;      // keys per tile
-constexpr int kFs = kFk + 8; // FP32 partial-score rows: the float2 stores of a half warp miss each other's banks
-constexpr int kFp = kFk + 8; // BF16 P rows (144 bytes, 9 pieces)
-constexpr size_t kFwdSmem = sizeof(bf16) * 2 * kFk * kLk + sizeof(float) * 4 * kHg * kFs + sizeof(bf16) * kHg * kFp +
-                            sizeof(int) * 2 * kFk + sizeof(float) * 2 * kHg;
+constexpr int kFk = 48;       // keys per tile
+constexpr int kFbuf = 3;      // tile buffers: one being filled while two are read (P V of one, S of the next)
+constexpr int kFs = kFk + 8;  // FP32 partial-score rows: the float2 stores of a half warp miss each other's banks
+constexpr int kFp = kFk + 8;  // BF16 P rows (112 bytes, 7 pieces)
+constexpr size_t kFwdSmem = sizeof(bf16) * kFbuf * kFk * kLk + sizeof(float) * 4 * kHg * kFs +
+                            sizeof(bf16) * kHg * kFp + sizeof(int) * kFbuf * kFk + sizeof(float) * 2 * kHg;
 
+// Partial S of one tile over this warp's 144 dims (keys kh*24 .. +23) into part[kq].
+__device__ __forceinline__ void fwd_scores_step(float (&sacc)[2][3][4], const uint32_t (&qa)[2][9][4], const bf16* kt,
+                                                int ks, int kh, int kq, int lane) {
+  const int lj = lane / 8, lr = lane % 8, d0 = kq * 144 + ks * 16;
+  uint32_t b4[4], b2[2];
+  ptx::ldsm_x4(b4, kt + (kh * 24 + lr + 8 * (lj / 2)) * kLk + d0 + 8 * (lj % 2));
+  ptx::ldsm_x2(b2, kt + (kh * 24 + 16 + lr) * kLk + d0 + 8 * (lj % 2));
+#pragma unroll
+  for (int mb = 0; mb < 2; ++mb) {
+    ptx::mma_bf16(sacc[mb][0], qa[mb][ks], b4[0], b4[1]);
+    ptx::mma_bf16(sacc[mb][1], qa[mb][ks], b4[2], b4[3]);
+    ptx::mma_bf16(sacc[mb][2], qa[mb][ks], b2[0], b2[1]);
+  }
+}
+
+// O += P V for keys kk*16 .. +15 of the tile, this warp's 64 value columns.
+__device__ __forceinline__ void fwd_pv_step(float (&oacc)[2][8][4], const bf16* pbuf, const bf16* kt, int kk, int warp,
+                                            int lane) {
+  const int lj = lane / 8, lr = lane % 8;
+  uint32_t pa[2][4];
+#pragma unroll
+  for (int mb = 0; mb < 2; ++mb) ptx::ldsm_x4(pa[mb], pbuf + (mb * 16 + lane % 16) * kFp + kk * 16 + (lane / 16) * 8);
+#pragma unroll
+  for (int np = 0; np < 4; ++np) {
+    uint32_t vb[4];
+    ptx::ldsm_x4_t(vb, kt + (kk * 16 + lr + 8 * (lj % 2)) * kLk + warp * 64 + np * 16 + 8 * (lj / 2));
+#pragma unroll
+    for (int mb = 0; mb < 2; ++mb) {
+      ptx::mma_bf16(oacc[mb][2 * np], pa[mb], vb[0], vb[1]);
+      ptx::mma_bf16(oacc[mb][2 * np + 1], pa[mb], vb[2], vb[3]);
+    }
+  }
+}
+
+__device__ __forceinline__ void fwd_store_partial(float* part, const float (&sacc)[2][3][4], int kh, int kq, int lane) {
+  const int gq = lane / 4, cq = lane % 4;
+  float* pw = part + kq * kHg * kFs;
+#pragma unroll
+  for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
+    for (int nb = 0; nb < 3; ++nb) {
+      const int r = mb * 16 + gq, c = kh * 24 + nb * 8 + 2 * cq;
+      *reinterpret_cast<float2*>(pw + r * kFs + c) = make_float2(sacc[mb][nb][0], sacc[mb][nb][1]);
+      *reinterpret_cast<float2*>(pw + (r + 8) * kFs + c) = make_float2(sacc[mb][nb][2], sacc[mb][nb][3]);
+    }
+  }
+}
+
+// Per tile j, two barriers: [softmax(j); start gathering tile j + 2] | [P V(j) and S(j + 1),
+// interleaved, so each warp has two independent MMA streams].
 __global__ void __launch_bounds__(kThreads, 1)
     fwd_kernel(int T, int H, int K, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ kv,
                const int32_t* __restrict__ idx, float scale, bf16_bits* __restrict__ o, float* __restrict__ lse) {
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16* kbuf = reinterpret_cast<bf16*>(smem);                     // [2][64 keys][kLk]
-  float* part = reinterpret_cast<float*>(kbuf + 2 * kFk * kLk);  // [4 dim slices][32 heads][kFs]
-  bf16* pbuf = reinterpret_cast<bf16*>(part + 4 * kHg * kFs);    // [32 heads][kFp]
-  int* sel_s = reinterpret_cast<int*>(pbuf + kHg * kFp);         // [2][64]
-  float* alpha_s = reinterpret_cast<float*>(sel_s + 2 * kFk);    // [32] this tile's rescale
-  float* inv_l_s = alpha_s + kHg;                                 // [32]
+  bf16* kbuf = reinterpret_cast<bf16*>(smem);                         // [3][48 keys][kLk]
+  float* part = reinterpret_cast<float*>(kbuf + kFbuf * kFk * kLk);  // [4 dim slices][32 heads][kFs]
+  bf16* pbuf = reinterpret_cast<bf16*>(part + 4 * kHg * kFs);        // [32 heads][kFp]
+  int* sel_s = reinterpret_cast<int*>(pbuf + kHg * kFp);             // [3][48]
+  float* alpha_s = reinterpret_cast<float*>(sel_s + kFbuf * kFk);    // [32] this tile's rescale
+  float* inv_l_s = alpha_s + kHg;                                     // [32]
 
   const BlockPos pos = block_pos(T, H / kHg);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, cq = lane % 4;
-  const int kh = warp / 4, kq = warp % 4;                          // S: keys kh*32.., dims kq*144..
-  const int srow = threadIdx.x / 8, ssub = threadIdx.x % 8;        // softmax: 8 threads per head row
-  const int lj = lane / 8, lr = lane % 8;                          // ldmatrix: matrix and row of this lane
+  const int kh = warp / 4, kq = warp % 4;                    // S: keys kh*24.., dims kq*144..
+  const int srow = threadIdx.x / 8, ssub = threadIdx.x % 8;  // softmax: 8 threads per head row
   const int64_t row0 = (static_cast<int64_t>(pos.b) * T + pos.t) * H + pos.g * kHg;
   const int32_t* sel = idx + (static_cast<int64_t>(pos.b) * T + pos.t) * K;
   const bf16_bits* kv_b = kv + static_cast<int64_t>(pos.b) * T * kDq;
   const int slots = num_slots(pos.t, K);
   const int tiles = (slots + kFk - 1) / kFk;
-  gather_async<kFk>(kbuf, sel_s, sel, 0, slots, kv_b);
+  auto gather = [&](int tile) {  // always one commit group, empty past the last tile
+    const int b = tile % kFbuf;
+    gather_async<kFk, 4>(kbuf + b * kFk * kLk, sel_s + b * kFk, sel, tile * kFk, slots, kv_b);
+  };
+  gather(0);
+  gather(1);
 
   uint32_t qa[2][9][4];  // A fragments of Q rows 0..31, dims kq*144 .. +143
   {
     const auto* q32 = reinterpret_cast<const uint32_t*>(q + row0 * kDq);
+#pragma unroll
     for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
       for (int ks = 0; ks < 9; ++ks) {
         const int r = mb * 16 + gq, d = kq * 144 + ks * 16 + 2 * cq;
         qa[mb][ks][0] = __ldg(q32 + (r * kDq + d) / 2);
@@ -124,53 +183,35 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
-  float oacc[2][8][4] = {};  // O rows 0..31, columns warp*64 .. +63
+  ptx::cp_async_wait_group<1>();
+  __syncthreads();  // tile 0 is in
+  {
+    float sacc[2][3][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < 9; ++ks) fwd_scores_step(sacc, qa, kbuf, ks, kh, kq, lane);
+    fwd_store_partial(part, sacc, kh, kq, lane);
+  }
+  float oacc[2][8][4] = {};              // O rows 0..31, columns warp*64 .. +63
   float m_run = -INFINITY, l_run = 0.f;  // of head row srow, in log2 units
   const float sl2 = scale * kLog2e;
 
   for (int it = 0; it < tiles; ++it) {
-    const int buf = it & 1;
-    const bf16* kt = kbuf + buf * kFk * kLk;
-    ptx::cp_async_wait_all();
-    __syncthreads();  // tile `it` is in; every warp is done with tile it - 1 and its buffer
-    if (it + 1 < tiles) {
-      gather_async<kFk>(kbuf + (buf ^ 1) * kFk * kLk, sel_s + (buf ^ 1) * kFk, sel, (it + 1) * kFk, slots, kv_b);
-    }
-    {  // partial S over this warp's dims
-      float sacc[2][4][4] = {};
-      for (int ks = 0; ks < 9; ++ks) {
-        const int d0 = kq * 144 + ks * 16;
-        for (int np = 0; np < 2; ++np) {
-          uint32_t bfr[4];
-          ptx::ldsm_x4(bfr, kt + (kh * 32 + np * 16 + lr + 8 * (lj / 2)) * kLk + d0 + 8 * (lj % 2));
-          for (int mb = 0; mb < 2; ++mb) {
-            ptx::mma_bf16(sacc[mb][2 * np], qa[mb][ks], bfr[0], bfr[1]);
-            ptx::mma_bf16(sacc[mb][2 * np + 1], qa[mb][ks], bfr[2], bfr[3]);
-          }
-        }
-      }
-      float* pw = part + kq * kHg * kFs;
-      for (int mb = 0; mb < 2; ++mb) {
-        for (int nb = 0; nb < 4; ++nb) {
-          const int r = mb * 16 + gq, c = kh * 32 + nb * 8 + 2 * cq;
-          *reinterpret_cast<float2*>(pw + r * kFs + c) = make_float2(sacc[mb][nb][0], sacc[mb][nb][1]);
-          *reinterpret_cast<float2*>(pw + (r + 8) * kFs + c) = make_float2(sacc[mb][nb][2], sacc[mb][nb][3]);
-        }
-      }
-    }
-    __syncthreads();
-    {  // online softmax of row srow: keys ssub*4 .. +3 and 32 + ssub*4 .. +3
-      const int c0 = ssub * 4, c1 = 32 + ssub * 4;
-      float sv[8] = {};
+    __syncthreads();  // S(it) is complete; every warp is done with tile it - 1 and its buffer
+    gather(it + 2);
+    {  // online softmax of row srow: keys ssub*4 .. +3 and 32 + ssub*2 .. +1
+      const int c0 = ssub * 4, c1 = 32 + ssub * 2;
+      float sv[6] = {};
+#pragma unroll
       for (int kqq = 0; kqq < 4; ++kqq) {
         const float* pr = part + (kqq * kHg + srow) * kFs;
-        const float4 x = *reinterpret_cast<const float4*>(pr + c0), y = *reinterpret_cast<const float4*>(pr + c1);
-        sv[0] += x.x, sv[1] += x.y, sv[2] += x.z, sv[3] += x.w;
-        sv[4] += y.x, sv[5] += y.y, sv[6] += y.z, sv[7] += y.w;
+        const float4 x = *reinterpret_cast<const float4*>(pr + c0);
+        const float2 y = *reinterpret_cast<const float2*>(pr + c1);
+        sv[0] += x.x, sv[1] += x.y, sv[2] += x.z, sv[3] += x.w, sv[4] += y.x, sv[5] += y.y;
       }
-      const int* ss = sel_s + buf * kFk;
+      const int* ss = sel_s + (it % kFbuf) * kFk;
       float mx = -INFINITY;
-      for (int e = 0; e < 8; ++e) {
+#pragma unroll
+      for (int e = 0; e < 6; ++e) {
         const int key = e < 4 ? c0 + e : c1 + e - 4;
         sv[e] = ss[key] >= 0 ? sv[e] * sl2 : -INFINITY;
         mx = fmaxf(mx, sv[e]);
@@ -180,11 +221,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       float alpha = 1.f, sum = 0.f;
       if (m_new != -INFINITY) {  // a tile with no valid slot so far changes nothing
         alpha = exp2f(m_run - m_new);
+#pragma unroll
         for (float& x : sv) {
           x = exp2f(x - m_new);
           sum += x;
         }
       } else {
+#pragma unroll
         for (float& x : sv) x = 0.f;
       }
       for (int off = 1; off < 8; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
@@ -192,28 +235,32 @@ __global__ void __launch_bounds__(kThreads, 1)
       m_run = m_new;
       bf16* pr = pbuf + srow * kFp;
       *reinterpret_cast<uint2*>(pr + c0) = make_uint2(ptx::pack_bf16(sv[0], sv[1]), ptx::pack_bf16(sv[2], sv[3]));
-      *reinterpret_cast<uint2*>(pr + c1) = make_uint2(ptx::pack_bf16(sv[4], sv[5]), ptx::pack_bf16(sv[6], sv[7]));
+      *reinterpret_cast<uint32_t*>(pr + c1) = ptx::pack_bf16(sv[4], sv[5]);
       if (ssub == 0) alpha_s[srow] = alpha;
     }
+    ptx::cp_async_wait_group<1>();  // tile it + 1 is in (tile it + 2 may still be on its way)
     __syncthreads();
-    // O = alpha O + P V over this warp's 64 value columns
+#pragma unroll
     for (int mb = 0; mb < 2; ++mb) {
       const float a0 = alpha_s[mb * 16 + gq], a1 = alpha_s[mb * 16 + gq + 8];
+#pragma unroll
       for (int nb = 0; nb < 8; ++nb) {
         oacc[mb][nb][0] *= a0, oacc[mb][nb][1] *= a0, oacc[mb][nb][2] *= a1, oacc[mb][nb][3] *= a1;
       }
     }
-    for (int kk = 0; kk < kFk / 16; ++kk) {
-      uint32_t pa[2][4];
-      for (int mb = 0; mb < 2; ++mb) ptx::ldsm_x4(pa[mb], pbuf + (mb * 16 + lane % 16) * kFp + kk * 16 + (lane / 16) * 8);
-      for (int np = 0; np < 4; ++np) {
-        uint32_t vb[4];
-        ptx::ldsm_x4_t(vb, kt + (kk * 16 + lr + 8 * (lj % 2)) * kLk + warp * 64 + np * 16 + 8 * (lj / 2));
-        for (int mb = 0; mb < 2; ++mb) {
-          ptx::mma_bf16(oacc[mb][2 * np], pa[mb], vb[0], vb[1]);
-          ptx::mma_bf16(oacc[mb][2 * np + 1], pa[mb], vb[2], vb[3]);
-        }
+    const bf16* kt = kbuf + (it % kFbuf) * kFk * kLk;
+    if (it + 1 < tiles) {
+      const bf16* kn = kbuf + ((it + 1) % kFbuf) * kFk * kLk;
+      float sacc[2][3][4] = {};
+#pragma unroll
+      for (int ks = 0; ks < 9; ++ks) {
+        fwd_scores_step(sacc, qa, kn, ks, kh, kq, lane);
+        if (ks % 3 == 2) fwd_pv_step(oacc, pbuf, kt, ks / 3, warp, lane);
       }
+      fwd_store_partial(part, sacc, kh, kq, lane);
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < kFk / 16; ++kk) fwd_pv_step(oacc, pbuf, kt, kk, warp, lane);
     }
   }
   if (ssub == 0) {

@@ -218,6 +218,8 @@ TEST_CASE("DSA sparse attention forward and backward match the CPU reference") {
     sparse_case(DsaAttentionShape{.batch = 2, .seq = 100, .heads = 32, .top_k = 40}, impl);
     sparse_case(DsaAttentionShape{.batch = 1, .seq = 150, .heads = 64, .top_k = 64}, impl);
     sparse_case(DsaAttentionShape{.batch = 1, .seq = 200, .heads = 32, .top_k = 100}, impl);
+    // Enough tiles that every tile buffer is reused (6 forward tiles of 48, 8 backward tiles of 32).
+    sparse_case(DsaAttentionShape{.batch = 1, .seq = 300, .heads = 32, .top_k = 250}, impl);
     // K3's 96 heads (three head groups per query), several key tiles, and skipped slots.
     sparse_case(DsaAttentionShape{.batch = 1, .seq = 160, .heads = 96, .top_k = 136}, impl, true);
   }

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // DSA kernels: lightning indexer scores and their gradient, radix top-k per query, sparse MQA
 // attention forward and backward over the selected latents; see dsa.hpp. This file: the
-// launchers (dispatching to the tensor-core variants in dsa_tc.cu by default), the top-k, and the
-// FP32 SIMT variants.
+// launchers (dispatching to the tensor-core variants by default: dsa_tc.cu for the indexer,
+// dsa_mma.cu for the sparse attention), the top-k, and the FP32 SIMT variants.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>

@@ -3,21 +3,27 @@
 // accumulators). All heads of a query share its selected latents (MQA), so a block takes one
 // query and 32 heads: the heads are the M dimension of every GEMM and each gathered latent row
 // (576 BF16) is loaded once per block for all of them. The gathers are cp.async copies into a
-// second tile buffer while the block computes on the first.
+// second tile buffer while the block computes on the first. 32 heads, not all of a query's: O
+// (heads x 512, FP32) must fit in registers beside the Q slices, and 96 heads' O alone would take
+// three quarters of the register file. The price is that a query's head groups each gather its
+// rows (from L2, where the other groups' blocks, launched next to each other, put them).
 //
 // Forward, one pass with online softmax (FlashAttention-2, arXiv:2307.08691, algorithm 1): key
 // tiles of 64. S = Q K^T is split over the 8 warps as 2 key halves x 4 slices of the 576 dims,
 // so that each warp keeps its 32 x 144 slice of Q in registers for the whole block; the four
 // partial sums meet in shared memory, where 8 threads per head row take the running max, the
 // rescale factor and P (BF16). O (32 x 512, FP32) lives in registers, 64 columns per warp.
+// Three block barriers per tile (tile in / partial S written / P written).
 //
 // Backward, one kernel: key tiles of 32; S and dP recomputed (P = exp(S scale - lse)), dS = P (dP
 // - D) with D = rowsum(dO O); dQ = scale dS K accumulates in registers (72 columns per warp);
 // dKV(tile) = scale dS^T Q + P^T dO, summed over the block's 32 heads in registers, is added to
-// dkv with FP32 vector reductions (red.global.add.v2).
-#include <cooperative_groups.h>
-
+// dkv with FP32 vector reductions (red.global.add.v4, 4 columns each). Summing a query's head
+// groups first, in a thread-block cluster through distributed shared memory, cut the reductions
+// 3x at 96 heads but took longer (two cluster barriers per tile): docs/calibration/attention.md.
 #include <cmath>
+#include <cstdint>
+#include <stdexcept>
 
 #include "backend/cuda/attention/dsa_mma.hpp"
 #include "backend/cuda/attention/mma_ptx.cuh"
@@ -52,23 +58,22 @@ __device__ __forceinline__ BlockPos block_pos(int T, int groups) {
 }
 
 // Starts copying the latents of slots slot0 .. slot0 + Keys - 1 into dst [Keys][kLk] (zeros for
-// slots past `slots` or holding -1) and their indices into sel_dst; always one commit group
-// (empty when slot0 >= slots, so that wait_group counts stay uniform). Each key row has kPer
-// threads, which read its index once and copy every kPer-th 16-byte piece.
-template <int Keys, int kPer = kThreads / Keys>
+// slots past `slots` or holding -1) and their indices into sel_dst; one commit group. Each key
+// row has kThreads / Keys threads, which read its index once and copy every (kThreads / Keys)-th
+// 16-byte piece.
+template <int Keys>
 __device__ __forceinline__ void gather_async(bf16* dst, int* sel_dst, const int32_t* __restrict__ sel, int slot0,
                                              int slots, const bf16_bits* __restrict__ kv_b) {
-  static_assert(Keys * kPer <= kThreads && kChunks % kPer == 0, "whole rows per thread group");
+  constexpr int kPer = kThreads / Keys;
+  static_assert(kThreads % Keys == 0 && kChunks % kPer == 0, "whole rows per thread group");
   const int j = static_cast<int>(threadIdx.x) / kPer, p0 = static_cast<int>(threadIdx.x) % kPer, slot = slot0 + j;
-  if (slot0 < slots && j < Keys) {
-    const int key = slot < slots ? __ldg(sel + slot) : -1;
-    const bf16_bits* src = kv_b + (key >= 0 ? static_cast<int64_t>(key) * kDq : 0);
-    const int bytes = key >= 0 ? 16 : 0;
-    bf16* d = dst + j * kLk;
+  const int key = slot < slots ? __ldg(sel + slot) : -1;
+  const bf16_bits* src = kv_b + (key >= 0 ? static_cast<int64_t>(key) * kDq : 0);
+  const int bytes = key >= 0 ? 16 : 0;
+  bf16* d = dst + j * kLk;
 #pragma unroll
-    for (int p = p0; p < kChunks; p += kPer) ptx::cp_async16(d + p * 8, src + p * 8, bytes);
-    if (p0 == 0) sel_dst[j] = key;
-  }
+  for (int p = p0; p < kChunks; p += kPer) ptx::cp_async16(d + p * 8, src + p * 8, bytes);
+  if (p0 == 0) sel_dst[j] = key;
   ptx::cp_async_commit();
 }
 
@@ -84,96 +89,39 @@ __device__ __forceinline__ void copy_rows_async(bf16* dst, int ld, const bf16_bi
 
 // ---- Forward -----------------------------------------------------------------------------------
 
-constexpr int kFk = 48;       // keys per tile
-constexpr int kFbuf = 3;      // tile buffers: one being filled while two are read (P V of one, S of the next)
-constexpr int kFs = kFk + 8;  // FP32 partial-score rows: the float2 stores of a half warp miss each other's banks
-constexpr int kFp = kFk + 8;  // BF16 P rows (112 bytes, 7 pieces)
-constexpr size_t kFwdSmem = sizeof(bf16) * kFbuf * kFk * kLk + sizeof(float) * 4 * kHg * kFs +
-                            sizeof(bf16) * kHg * kFp + sizeof(int) * kFbuf * kFk + sizeof(float) * 2 * kHg;
+constexpr int kFk = 64;      // keys per tile
+constexpr int kFs = kFk + 8; // FP32 partial-score rows: the float2 stores of a half warp miss each other's banks
+constexpr int kFp = kFk + 8; // BF16 P rows (144 bytes, 9 pieces)
+constexpr size_t kFwdSmem = sizeof(bf16) * 2 * kFk * kLk + sizeof(float) * 4 * kHg * kFs + sizeof(bf16) * kHg * kFp +
+                            sizeof(int) * 2 * kFk + sizeof(float) * 2 * kHg;
 
-// Partial S of one tile over this warp's 144 dims (keys kh*24 .. +23) into part[kq].
-__device__ __forceinline__ void fwd_scores_step(float (&sacc)[2][3][4], const uint32_t (&qa)[2][9][4], const bf16* kt,
-                                                int ks, int kh, int kq, int lane) {
-  const int lj = lane / 8, lr = lane % 8, d0 = kq * 144 + ks * 16;
-  uint32_t b4[4], b2[2];
-  ptx::ldsm_x4(b4, kt + (kh * 24 + lr + 8 * (lj / 2)) * kLk + d0 + 8 * (lj % 2));
-  ptx::ldsm_x2(b2, kt + (kh * 24 + 16 + lr) * kLk + d0 + 8 * (lj % 2));
-#pragma unroll
-  for (int mb = 0; mb < 2; ++mb) {
-    ptx::mma_bf16(sacc[mb][0], qa[mb][ks], b4[0], b4[1]);
-    ptx::mma_bf16(sacc[mb][1], qa[mb][ks], b4[2], b4[3]);
-    ptx::mma_bf16(sacc[mb][2], qa[mb][ks], b2[0], b2[1]);
-  }
-}
-
-// O += P V for keys kk*16 .. +15 of the tile, this warp's 64 value columns.
-__device__ __forceinline__ void fwd_pv_step(float (&oacc)[2][8][4], const bf16* pbuf, const bf16* kt, int kk, int warp,
-                                            int lane) {
-  const int lj = lane / 8, lr = lane % 8;
-  uint32_t pa[2][4];
-#pragma unroll
-  for (int mb = 0; mb < 2; ++mb) ptx::ldsm_x4(pa[mb], pbuf + (mb * 16 + lane % 16) * kFp + kk * 16 + (lane / 16) * 8);
-#pragma unroll
-  for (int np = 0; np < 4; ++np) {
-    uint32_t vb[4];
-    ptx::ldsm_x4_t(vb, kt + (kk * 16 + lr + 8 * (lj % 2)) * kLk + warp * 64 + np * 16 + 8 * (lj / 2));
-#pragma unroll
-    for (int mb = 0; mb < 2; ++mb) {
-      ptx::mma_bf16(oacc[mb][2 * np], pa[mb], vb[0], vb[1]);
-      ptx::mma_bf16(oacc[mb][2 * np + 1], pa[mb], vb[2], vb[3]);
-    }
-  }
-}
-
-__device__ __forceinline__ void fwd_store_partial(float* part, const float (&sacc)[2][3][4], int kh, int kq, int lane) {
-  const int gq = lane / 4, cq = lane % 4;
-  float* pw = part + kq * kHg * kFs;
-#pragma unroll
-  for (int mb = 0; mb < 2; ++mb) {
-#pragma unroll
-    for (int nb = 0; nb < 3; ++nb) {
-      const int r = mb * 16 + gq, c = kh * 24 + nb * 8 + 2 * cq;
-      *reinterpret_cast<float2*>(pw + r * kFs + c) = make_float2(sacc[mb][nb][0], sacc[mb][nb][1]);
-      *reinterpret_cast<float2*>(pw + (r + 8) * kFs + c) = make_float2(sacc[mb][nb][2], sacc[mb][nb][3]);
-    }
-  }
-}
-
-// Per tile j, two barriers: [softmax(j); start gathering tile j + 2] | [P V(j) and S(j + 1),
-// interleaved, so each warp has two independent MMA streams].
 __global__ void __launch_bounds__(kThreads, 1)
     fwd_kernel(int T, int H, int K, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ kv,
                const int32_t* __restrict__ idx, float scale, bf16_bits* __restrict__ o, float* __restrict__ lse) {
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16* kbuf = reinterpret_cast<bf16*>(smem);                         // [3][48 keys][kLk]
-  float* part = reinterpret_cast<float*>(kbuf + kFbuf * kFk * kLk);  // [4 dim slices][32 heads][kFs]
-  bf16* pbuf = reinterpret_cast<bf16*>(part + 4 * kHg * kFs);        // [32 heads][kFp]
-  int* sel_s = reinterpret_cast<int*>(pbuf + kHg * kFp);             // [3][48]
-  float* alpha_s = reinterpret_cast<float*>(sel_s + kFbuf * kFk);    // [32] this tile's rescale
-  float* inv_l_s = alpha_s + kHg;                                     // [32]
+  bf16* kbuf = reinterpret_cast<bf16*>(smem);                     // [2][64 keys][kLk]
+  float* part = reinterpret_cast<float*>(kbuf + 2 * kFk * kLk);  // [4 dim slices][32 heads][kFs]
+  bf16* pbuf = reinterpret_cast<bf16*>(part + 4 * kHg * kFs);    // [32 heads][kFp]
+  int* sel_s = reinterpret_cast<int*>(pbuf + kHg * kFp);         // [2][64]
+  float* alpha_s = reinterpret_cast<float*>(sel_s + 2 * kFk);    // [32] this tile's rescale
+  float* inv_l_s = alpha_s + kHg;                                 // [32]
 
   const BlockPos pos = block_pos(T, H / kHg);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, cq = lane % 4;
-  const int kh = warp / 4, kq = warp % 4;                    // S: keys kh*24.., dims kq*144..
-  const int srow = threadIdx.x / 8, ssub = threadIdx.x % 8;  // softmax: 8 threads per head row
+  const int kh = warp / 4, kq = warp % 4;                          // S: keys kh*32.., dims kq*144..
+  const int srow = threadIdx.x / 8, ssub = threadIdx.x % 8;        // softmax: 8 threads per head row
+  const int lj = lane / 8, lr = lane % 8;                          // ldmatrix: matrix and row of this lane
   const int64_t row0 = (static_cast<int64_t>(pos.b) * T + pos.t) * H + pos.g * kHg;
   const int32_t* sel = idx + (static_cast<int64_t>(pos.b) * T + pos.t) * K;
   const bf16_bits* kv_b = kv + static_cast<int64_t>(pos.b) * T * kDq;
   const int slots = num_slots(pos.t, K);
   const int tiles = (slots + kFk - 1) / kFk;
-  auto gather = [&](int tile) {  // always one commit group, empty past the last tile
-    const int b = tile % kFbuf;
-    gather_async<kFk, 4>(kbuf + b * kFk * kLk, sel_s + b * kFk, sel, tile * kFk, slots, kv_b);
-  };
-  gather(0);
-  gather(1);
+  gather_async<kFk>(kbuf, sel_s, sel, 0, slots, kv_b);
 
   uint32_t qa[2][9][4];  // A fragments of Q rows 0..31, dims kq*144 .. +143
   {
     const auto* q32 = reinterpret_cast<const uint32_t*>(q + row0 * kDq);
-#pragma unroll
     for (int mb = 0; mb < 2; ++mb) {
-#pragma unroll
       for (int ks = 0; ks < 9; ++ks) {
         const int r = mb * 16 + gq, d = kq * 144 + ks * 16 + 2 * cq;
         qa[mb][ks][0] = __ldg(q32 + (r * kDq + d) / 2);
@@ -183,35 +131,53 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
-  ptx::cp_async_wait_group<1>();
-  __syncthreads();  // tile 0 is in
-  {
-    float sacc[2][3][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < 9; ++ks) fwd_scores_step(sacc, qa, kbuf, ks, kh, kq, lane);
-    fwd_store_partial(part, sacc, kh, kq, lane);
-  }
-  float oacc[2][8][4] = {};              // O rows 0..31, columns warp*64 .. +63
+  float oacc[2][8][4] = {};  // O rows 0..31, columns warp*64 .. +63
   float m_run = -INFINITY, l_run = 0.f;  // of head row srow, in log2 units
   const float sl2 = scale * kLog2e;
 
   for (int it = 0; it < tiles; ++it) {
-    __syncthreads();  // S(it) is complete; every warp is done with tile it - 1 and its buffer
-    gather(it + 2);
-    {  // online softmax of row srow: keys ssub*4 .. +3 and 32 + ssub*2 .. +1
-      const int c0 = ssub * 4, c1 = 32 + ssub * 2;
-      float sv[6] = {};
-#pragma unroll
+    const int buf = it & 1;
+    const bf16* kt = kbuf + buf * kFk * kLk;
+    ptx::cp_async_wait_all();
+    __syncthreads();  // tile `it` is in; every warp is done with tile it - 1 and its buffer
+    if (it + 1 < tiles) {
+      gather_async<kFk>(kbuf + (buf ^ 1) * kFk * kLk, sel_s + (buf ^ 1) * kFk, sel, (it + 1) * kFk, slots, kv_b);
+    }
+    {  // partial S over this warp's dims
+      float sacc[2][4][4] = {};
+      for (int ks = 0; ks < 9; ++ks) {
+        const int d0 = kq * 144 + ks * 16;
+        for (int np = 0; np < 2; ++np) {
+          uint32_t bfr[4];
+          ptx::ldsm_x4(bfr, kt + (kh * 32 + np * 16 + lr + 8 * (lj / 2)) * kLk + d0 + 8 * (lj % 2));
+          for (int mb = 0; mb < 2; ++mb) {
+            ptx::mma_bf16(sacc[mb][2 * np], qa[mb][ks], bfr[0], bfr[1]);
+            ptx::mma_bf16(sacc[mb][2 * np + 1], qa[mb][ks], bfr[2], bfr[3]);
+          }
+        }
+      }
+      float* pw = part + kq * kHg * kFs;
+      for (int mb = 0; mb < 2; ++mb) {
+        for (int nb = 0; nb < 4; ++nb) {
+          const int r = mb * 16 + gq, c = kh * 32 + nb * 8 + 2 * cq;
+          *reinterpret_cast<float2*>(pw + r * kFs + c) = make_float2(sacc[mb][nb][0], sacc[mb][nb][1]);
+          *reinterpret_cast<float2*>(pw + (r + 8) * kFs + c) = make_float2(sacc[mb][nb][2], sacc[mb][nb][3]);
+        }
+      }
+    }
+    __syncthreads();
+    {  // online softmax of row srow: keys ssub*4 .. +3 and 32 + ssub*4 .. +3
+      const int c0 = ssub * 4, c1 = 32 + ssub * 4;
+      float sv[8] = {};
       for (int kqq = 0; kqq < 4; ++kqq) {
         const float* pr = part + (kqq * kHg + srow) * kFs;
-        const float4 x = *reinterpret_cast<const float4*>(pr + c0);
-        const float2 y = *reinterpret_cast<const float2*>(pr + c1);
-        sv[0] += x.x, sv[1] += x.y, sv[2] += x.z, sv[3] += x.w, sv[4] += y.x, sv[5] += y.y;
+        const float4 x = *reinterpret_cast<const float4*>(pr + c0), y = *reinterpret_cast<const float4*>(pr + c1);
+        sv[0] += x.x, sv[1] += x.y, sv[2] += x.z, sv[3] += x.w;
+        sv[4] += y.x, sv[5] += y.y, sv[6] += y.z, sv[7] += y.w;
       }
-      const int* ss = sel_s + (it % kFbuf) * kFk;
+      const int* ss = sel_s + buf * kFk;
       float mx = -INFINITY;
-#pragma unroll
-      for (int e = 0; e < 6; ++e) {
+      for (int e = 0; e < 8; ++e) {
         const int key = e < 4 ? c0 + e : c1 + e - 4;
         sv[e] = ss[key] >= 0 ? sv[e] * sl2 : -INFINITY;
         mx = fmaxf(mx, sv[e]);
@@ -221,13 +187,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       float alpha = 1.f, sum = 0.f;
       if (m_new != -INFINITY) {  // a tile with no valid slot so far changes nothing
         alpha = exp2f(m_run - m_new);
-#pragma unroll
         for (float& x : sv) {
           x = exp2f(x - m_new);
           sum += x;
         }
       } else {
-#pragma unroll
         for (float& x : sv) x = 0.f;
       }
       for (int off = 1; off < 8; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
@@ -235,32 +199,28 @@ __global__ void __launch_bounds__(kThreads, 1)
       m_run = m_new;
       bf16* pr = pbuf + srow * kFp;
       *reinterpret_cast<uint2*>(pr + c0) = make_uint2(ptx::pack_bf16(sv[0], sv[1]), ptx::pack_bf16(sv[2], sv[3]));
-      *reinterpret_cast<uint32_t*>(pr + c1) = ptx::pack_bf16(sv[4], sv[5]);
+      *reinterpret_cast<uint2*>(pr + c1) = make_uint2(ptx::pack_bf16(sv[4], sv[5]), ptx::pack_bf16(sv[6], sv[7]));
       if (ssub == 0) alpha_s[srow] = alpha;
     }
-    ptx::cp_async_wait_group<1>();  // tile it + 1 is in (tile it + 2 may still be on its way)
     __syncthreads();
-#pragma unroll
+    // O = alpha O + P V over this warp's 64 value columns
     for (int mb = 0; mb < 2; ++mb) {
       const float a0 = alpha_s[mb * 16 + gq], a1 = alpha_s[mb * 16 + gq + 8];
-#pragma unroll
       for (int nb = 0; nb < 8; ++nb) {
         oacc[mb][nb][0] *= a0, oacc[mb][nb][1] *= a0, oacc[mb][nb][2] *= a1, oacc[mb][nb][3] *= a1;
       }
     }
-    const bf16* kt = kbuf + (it % kFbuf) * kFk * kLk;
-    if (it + 1 < tiles) {
-      const bf16* kn = kbuf + ((it + 1) % kFbuf) * kFk * kLk;
-      float sacc[2][3][4] = {};
-#pragma unroll
-      for (int ks = 0; ks < 9; ++ks) {
-        fwd_scores_step(sacc, qa, kn, ks, kh, kq, lane);
-        if (ks % 3 == 2) fwd_pv_step(oacc, pbuf, kt, ks / 3, warp, lane);
+    for (int kk = 0; kk < kFk / 16; ++kk) {
+      uint32_t pa[2][4];
+      for (int mb = 0; mb < 2; ++mb) ptx::ldsm_x4(pa[mb], pbuf + (mb * 16 + lane % 16) * kFp + kk * 16 + (lane / 16) * 8);
+      for (int np = 0; np < 4; ++np) {
+        uint32_t vb[4];
+        ptx::ldsm_x4_t(vb, kt + (kk * 16 + lr + 8 * (lj % 2)) * kLk + warp * 64 + np * 16 + 8 * (lj / 2));
+        for (int mb = 0; mb < 2; ++mb) {
+          ptx::mma_bf16(oacc[mb][2 * np], pa[mb], vb[0], vb[1]);
+          ptx::mma_bf16(oacc[mb][2 * np + 1], pa[mb], vb[2], vb[3]);
+        }
       }
-      fwd_store_partial(part, sacc, kh, kq, lane);
-    } else {
-#pragma unroll
-      for (int kk = 0; kk < kFk / 16; ++kk) fwd_pv_step(oacc, pbuf, kt, kk, warp, lane);
     }
   }
   if (ssub == 0) {
@@ -286,22 +246,9 @@ constexpr int kBk = 32;       // keys per tile
 constexpr int kBs = kBk + 8;  // FP32 partial rows
 constexpr int kBp = kBk + 8;  // BF16 P / dS rows (80 bytes, 5 pieces)
 constexpr int kBnb = 9;      // 8-column blocks of dQ and dKV per warp (72 of the 576 columns)
-// The dKV exchange of a cluster of CL head groups: column block nb of every warp belongs to rank
-// nb % CL, which receives the other ranks' fragments of it: (CL - 1) senders x 8 warps x up to
-// ceil(9 / CL) blocks x 2 row blocks x 32 lanes x float4.
-__host__ __device__ constexpr int bwd_nbl(int cl) { return (kBnb + cl - 1) / cl; }
-__host__ __device__ constexpr size_t bwd_recv_bytes(int cl) { return sizeof(float4) * (cl - 1) * 8 * bwd_nbl(cl) * 2 * 32; }
-// The partial S and dP buffers and the exchange buffer share one region (never live together).
-__host__ __device__ constexpr size_t bwd_region_bytes(int cl) {
-  return bwd_recv_bytes(cl) > sizeof(float) * 2 * 4 * kHg * kBs ? bwd_recv_bytes(cl) : sizeof(float) * 2 * 4 * kHg * kBs;
-}
-constexpr size_t bwd_smem(int cl) {
-  return sizeof(bf16) * (2 * kBk * kLk + kHg * kLk + kHg * kLv) + bwd_region_bytes(cl) + sizeof(bf16) * 2 * kHg * kBp +
-         sizeof(int) * 2 * kBk + sizeof(float) * 2 * kHg;
-}
+constexpr size_t kBwdSmem = sizeof(bf16) * (2 * kBk * kLk + kHg * kLk + kHg * kLv) + sizeof(float) * 2 * 4 * kHg * kBs +
+                            sizeof(bf16) * 2 * kHg * kBp + sizeof(int) * 2 * kBk + sizeof(float) * 2 * kHg;
 
-// CL: head groups per thread-block cluster (1, 2 or 3; consecutive blocks, so one query's groups).
-template <int CL>
 __global__ void __launch_bounds__(kThreads, 1)
     bwd_kernel(int T, int H, int K, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ kv,
                const int32_t* __restrict__ idx, const float* __restrict__ lse, const float* __restrict__ dsum,
@@ -312,9 +259,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   bf16* dos = qs + kHg * kLk;                                 // [32 heads][kLv]
   float* sp = reinterpret_cast<float*>(dos + kHg * kLv);      // [4 dim slices][32 heads][kBs] partial S
   float* dpp = sp + 4 * kHg * kBs;                            // the same for dP
-  float4* recv = reinterpret_cast<float4*>(sp);               // the dKV exchange (CL > 1), over sp and dpp
-  bf16* pb = reinterpret_cast<bf16*>(smem + sizeof(bf16) * (2 * kBk * kLk + kHg * kLk + kHg * kLv) +
-                                     bwd_region_bytes(CL));   // [32 heads][kBp] P
+  bf16* pb = reinterpret_cast<bf16*>(dpp + 4 * kHg * kBs);    // [32 heads][kBp] P
   bf16* dsb = pb + kHg * kBp;                                 // [32 heads][kBp] scale dS
   int* sel_s = reinterpret_cast<int*>(dsb + kHg * kBp);       // [2][32]
   float* lse_s = reinterpret_cast<float*>(sel_s + 2 * kBk);   // [32] lse log2(e)
@@ -435,47 +380,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       }
-      // Sum over the cluster's head groups through distributed shared memory: the owner of a
-      // column block adds the other ranks' fragments to its own and alone reduces it into dkv.
-      int rank = 0;
-      if constexpr (CL > 1) {
-        namespace cg = cooperative_groups;
-        cg::cluster_group cluster = cg::this_cluster();
-        rank = static_cast<int>(cluster.block_rank());
-        constexpr int kStride = bwd_nbl(CL) * 2;
-        cluster.sync();  // every rank is past its elementwise step: the exchange buffers are free
-#pragma unroll
-        for (int nb = 0; nb < kBnb; ++nb) {
-          const int owner = nb % CL;
-          if (owner == rank) continue;
-          float4* dst = cluster.map_shared_rank(recv, owner);
-          const int slot = (rank - owner - 1 + CL) % CL;
-#pragma unroll
-          for (int mb = 0; mb < 2; ++mb) {
-            dst[((slot * 8 + warp) * kStride + (nb / CL) * 2 + mb) * 32 + lane] =
-                make_float4(kacc[mb][nb][0], kacc[mb][nb][1], kacc[mb][nb][2], kacc[mb][nb][3]);
-          }
-        }
-        cluster.sync();  // the fragments are in
-#pragma unroll
-        for (int nb = 0; nb < kBnb; ++nb) {
-          if (nb % CL != rank) continue;
-#pragma unroll
-          for (int sl = 0; sl < CL - 1; ++sl) {
-#pragma unroll
-            for (int mb = 0; mb < 2; ++mb) {
-              const float4 v = recv[((sl * 8 + warp) * kStride + (nb / CL) * 2 + mb) * 32 + lane];
-              kacc[mb][nb][0] += v.x, kacc[mb][nb][1] += v.y, kacc[mb][nb][2] += v.z, kacc[mb][nb][3] += v.w;
-            }
-          }
-        }
-      }
       // Lanes c and c ^ 1 trade halves so that each holds 4 consecutive columns of one key row:
       // even c row gq (columns 2c .. 2c + 3), odd c row gq + 8 (columns 2c - 2 .. 2c + 1).
       const bool odd = cq & 1;
 #pragma unroll
       for (int nb = 0; nb < kBnb; ++nb) {
-        if (nb % CL != rank) continue;
 #pragma unroll
         for (int mb = 0; mb < 2; ++mb) {
           const float c0 = kacc[mb][nb][0], c1 = kacc[mb][nb][1], c2 = kacc[mb][nb][2], c3 = kacc[mb][nb][3];
@@ -509,29 +418,9 @@ void set_smem(Kernel kernel, size_t bytes) {
 }
 
 unsigned num_blocks(const DsaAttentionShape& s) {
-  return static_cast<unsigned>(s.batch * s.seq * (s.heads / kHg));
-}
-
-template <int CL>
-void launch_backward(const DsaAttentionShape& s, const bf16_bits* q, const bf16_bits* kv, const int32_t* idx,
-                     const float* lse, const float* dsum, const bf16_bits* d_o, float scale, float* dq, float* dkv,
-                     cudaStream_t stream) {
-  constexpr size_t smem = bwd_smem(CL);
-  set_smem(bwd_kernel<CL>, smem);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(num_blocks(s));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr = {};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = CL;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  MOESIM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, bwd_kernel<CL>, static_cast<int>(s.seq), static_cast<int>(s.heads),
-                                       static_cast<int>(s.top_k), q, kv, idx, lse, dsum, d_o, scale, dq, dkv));
+  const int64_t n = s.batch * s.seq * (s.heads / kHg);
+  if (n > INT32_MAX) throw std::invalid_argument("DSA attention: batch * seq * heads / 32 must be < 2^31");
+  return static_cast<unsigned>(n);
 }
 
 }  // namespace
@@ -547,14 +436,11 @@ void sparse_forward(const DsaAttentionShape& s, const bf16_bits* q, const bf16_b
 void sparse_backward(const DsaAttentionShape& s, const bf16_bits* q, const bf16_bits* kv, const int32_t* idx,
                      const float* lse, const float* dsum, const bf16_bits* d_o, float scale, float* dq, float* dkv,
                      cudaStream_t stream) {
-  const int groups = static_cast<int>(s.heads / kHg);
-  if (groups % 3 == 0) {
-    launch_backward<3>(s, q, kv, idx, lse, dsum, d_o, scale, dq, dkv, stream);
-  } else if (groups % 2 == 0) {
-    launch_backward<2>(s, q, kv, idx, lse, dsum, d_o, scale, dq, dkv, stream);
-  } else {
-    launch_backward<1>(s, q, kv, idx, lse, dsum, d_o, scale, dq, dkv, stream);
-  }
+  set_smem(bwd_kernel, kBwdSmem);
+  bwd_kernel<<<num_blocks(s), kThreads, kBwdSmem, stream>>>(static_cast<int>(s.seq), static_cast<int>(s.heads),
+                                                            static_cast<int>(s.top_k), q, kv, idx, lse, dsum, d_o,
+                                                            scale, dq, dkv);
+  MOESIM_LAUNCH_CHECK();
 }
 
 }  // namespace moesim::cuda::dsa_mma

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
-// Thin wrappers over the sm_80+ PTX that the mma.sync kernels use: mma.sync m16n8k16 (BF16 in,
-// FP32 accumulate), ldmatrix (plain and transposed), cp.async with zero fill, and FP32 vector
-// reductions to global memory (sm_90). Fragment layouts are those of the PTX ISA, "Matrix
-// fragments for mma.m16n8k16 with floating point type": with g = lane / 4 and c = lane % 4,
+// Thin wrappers over the PTX that the mma.sync kernels use: mma.sync m16n8k16 (BF16 in, FP32
+// accumulate), ldmatrix (plain and transposed), cp.async with zero fill (sm_80+), and the FP32
+// vector reduction red.global.add.v4.f32 (sm_90). Fragment layouts are those of the PTX ISA,
+// "Matrix fragments for mma.m16n8k16 with floating point type": with g = lane / 4, c = lane % 4,
 //   A (16 x 16, row-major): a0 (g, 2c..2c+1), a1 (g + 8, 2c..), a2 (g, 2c + 8..), a3 (g + 8, 2c + 8..);
 //   B (16 x 8, k x n):      b0 (k = 2c..2c+1, n = g), b1 (k = 2c + 8.., n = g);
 //   C (16 x 8):             c0, c1 (g, 2c..2c+1), c2, c3 (g + 8, 2c..2c+1).
@@ -40,9 +40,6 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t* r, const void* p) {
                : "r"(smem_addr(p)));
 }
 // Two matrices: lanes 0-15 give the addresses (the others' are read but ignored).
-__device__ __forceinline__ void ldsm_x2(uint32_t* r, const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(p)));
-}
 __device__ __forceinline__ void ldsm_x2_t(uint32_t* r, const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
                : "=r"(r[0]), "=r"(r[1])
@@ -54,17 +51,7 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_b
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-// Waits until at most N of this thread's commit groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait_group() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
-// *p += (x, y), p 8-byte aligned (one reduction instead of two atomics).
-__device__ __forceinline__ void red_add_v2(float* p, float x, float y) {
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(x), "f"(y) : "memory");
-}
 
 // *p += (x, y, z, w), p 16-byte aligned.
 __device__ __forceinline__ void red_add_v4(float* p, float x, float y, float z, float w) {

@@ -21,6 +21,9 @@
 // dkv with FP32 vector reductions (red.global.add.v4, 4 columns each). Summing a query's head
 // groups first, in a thread-block cluster through distributed shared memory, cut the reductions
 // 3x at 96 heads but took longer (two cluster barriers per tile): docs/calibration/attention.md.
+//
+// Measured at K3's shape (B 1, T 8192, 96 heads, top-2048; one H200, 2026-12-02, median of 5):
+// forward 18.9 ms = 162 TFLOP/s, backward 67.6 ms = 91 TFLOP/s by the model's FLOP count.
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>

@@ -61,7 +61,13 @@ namespace {
 
 LoadedConfig load_variant(const InputText& input, const nlohmann::json& variant) {
   LoadedConfig out;
+  // Routing shapes the graph only through capacity padding (expected_expert_rows, graph/routing.hpp):
+  // the engine draws every other routing field's loads over the same graph.
   nlohmann::json structure = variant;
+  if (const auto r = variant.find("routing"); r != variant.end() && r->is_object()) {
+    const auto policy = r->find("capacity_policy"), factor = r->find("capacity_factor");
+    if (policy != r->end() && *policy == "pad" && factor != r->end()) structure["capacity_padding"] = *factor;
+  }
   structure.erase("routing");
   out.structure_key = structure.dump();
   try {

@@ -175,6 +175,23 @@ TEST_CASE("routing mechanisms are sweep axes: one graph, each configuration its 
   }
 }
 
+TEST_CASE("capacity padding is a sweep axis with a graph of its own: warm and fresh evaluators agree") {
+  const SweepSpace s(read_input("tests/data/sweep-padding.json", "scenarios", "SCENARIO"));
+  REQUIRE(s.num_configs() == 2);
+  ConfigEvaluator warm(s, true);
+  const ConfigOutcome drop = warm.evaluate(0), pad = warm.evaluate(1);
+  REQUIRE(drop.status == ConfigStatus::simulated);
+  REQUIRE(pad.status == ConfigStatus::simulated);
+  CHECK(warm.num_graphs_built() == 2);  // the padded buffers are in the graph
+  CHECK(pad.step_time_s > drop.step_time_s);
+  for (const ConfigOutcome& o : {drop, pad}) {
+    ConfigEvaluator fresh(s, true);
+    const ConfigOutcome f = fresh.evaluate(o.index);
+    CHECK(f.step_time_s == o.step_time_s);
+    CHECK(f.peak_hbm_bytes == o.peak_hbm_bytes);
+  }
+}
+
 TEST_CASE("run_sweep returns the configurations consumed: all, or none after a stop before the start") {
   const SweepSpace& s = small();
   auto dist = single_process();

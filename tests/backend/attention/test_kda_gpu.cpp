@@ -27,8 +27,13 @@ constexpr double kOutTol = 4 * u16;
 constexpr double kGradTol = 4 * u16;
 constexpr double kDgTol = 8 * u16;
 
-void run_case(const KdaShape& s) {
-  INFO("B " << s.batch << " T " << s.seq << " H " << s.heads << " dv " << s.head_dim_v);
+// Log decays: over K3's range [-5, 0), mostly mild, some strong; or all strong, [-5, -4) (the state
+// nearly forgotten every token, dg small beside the terms it is summed from).
+enum class Decay { mixed, strong };
+
+void run_case(const KdaShape& s, Decay decay = Decay::mixed) {
+  INFO("B " << s.batch << " T " << s.seq << " H " << s.heads << " dv " << s.head_dim_v
+            << (decay == Decay::strong ? " strong decay" : ""));
   const auto nk = static_cast<size_t>(s.batch * s.seq * s.heads * s.head_dim_k);
   const auto nv = static_cast<size_t>(s.batch * s.seq * s.heads * s.head_dim_v);
   const auto nt = static_cast<size_t>(s.batch * s.seq * s.heads);
@@ -36,9 +41,10 @@ void run_case(const KdaShape& s) {
   l2_normalise_rows(qd, static_cast<size_t>(s.head_dim_k));
   l2_normalise_rows(kd, static_cast<size_t>(s.head_dim_k));
   const auto q = to_bf16(qd), k = to_bf16(kd), v = to_bf16(normal(nv)), d_o = to_bf16(normal(nv));
-  // Log decays over K3's range [-5, 0): mostly mild, some strong.
-  auto gd = uniform(nk, -5.0, 1.6);
-  for (auto& x : gd) x = -std::exp(x);
+  auto gd = decay == Decay::strong ? uniform(nk, -5.0, -4.0) : uniform(nk, -5.0, 1.6);
+  if (decay == Decay::mixed) {
+    for (auto& x : gd) x = -std::exp(x);
+  }
   auto bd = uniform(nt, 0.05, 0.95);
   const auto g = to_f32(gd), beta = to_f32(bd);
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim_k));
@@ -90,6 +96,9 @@ TEST_CASE("KDA forward and backward match the CPU reference") {
   run_case(KdaShape{.batch = 1, .seq = 64, .heads = 2, .head_dim_k = 128, .head_dim_v = 64});
   // Many chunks (the state carried across 16 of them, forward and backward), dv = 32.
   run_case(KdaShape{.batch = 1, .seq = 1000, .heads = 2, .head_dim_k = 128, .head_dim_v = 32});
+  // Every decay strong: the in-chunk factors reach their largest exponents (exp(15 * 5) within a
+  // sub-chunk), and dg is small beside the terms it is summed from.
+  run_case(KdaShape{.batch = 1, .seq = 203, .heads = 2, .head_dim_k = 128, .head_dim_v = 64}, Decay::strong);
 }
 
 TEST_CASE("KDA rejects unsupported shapes") {

@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 constexpr int kLdA = kDk + 8;  // FP32 accumulators [C][kLdA]: one holds two BF16 [C][kLdK] tiles later
-constexpr size_t kGrad2SmemBytes = sizeof(float) * (kC * kLdKf + 3 * kC * kLdA + kWarps * 256 + kDk) +
+constexpr size_t kGrad2SmemBytes = sizeof(float) * (kC * kLdKf + 3 * kC * kLdA + kWarps * 256 + kDk + kC) +
                                    sizeof(bf16) * (3 * kC * kLdK + 2 * kC * kLdC);
 
 // Grad 2: the decay-weighted sums of dQs, P and N as GEMMs with the decay split at a reference row
@@ -233,7 +233,8 @@ __global__ void __launch_bounds__(kThreads)
   float* an = ap + kC * kLdA;                 // [C][kLdA] N, then dk
   float* scratch = an + kC * kLdA;            // [warp][16 x 16]
   float* glast = scratch + kWarps * 256;      // [dk] dG_last
-  bf16* qr = reinterpret_cast<bf16*>(glast + kDk);  // [C][kLdK] q
+  float* adiag = glast + kDk;                 // [C] dAqk_ii
+  bf16* qr = reinterpret_cast<bf16*>(adiag + kC);  // [C][kLdK] q
   bf16* kr = qr + kC * kLdK;                  // [C][kLdK] k
   bf16* cp = kr + kC * kLdK;                  // [C][kLdK] decayed copy of k
   bf16* dab = cp + kC * kLdK;                 // [C][kLdC] dAkk
@@ -265,6 +266,14 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < kC; ++i) s += as_f(kr[i * kLdK + tid]) * an[i * kLdA + tid];
     glast[tid] = s;
   }
+  // The diagonal of dAqk goes to dq and dk apart, in FP32 (dQs_i += dAqk_ii k_i, N_i += dAqk_ii Qs_i),
+  // and not into dG, where its two terms cancel exactly (exp(G_i - G_i) = 1 does not depend on
+  // g): through the GEMMs they would cancel only to BF16 precision, which swamps dg when decay is
+  // strong (dg is then small).
+  if (tid < kC) {
+    adiag[tid] = as_f(daqb[tid * kLdC + tid]);
+    daqb[tid * kLdC + tid] = as_bf(0.f);
+  }
 
   for (int I = 0; I < 4; ++I) {
     const int a = kSub * I, rows = kSub * (I + 1);
@@ -292,7 +301,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int e = tid; e < kC * kDk; e += kThreads) {
     const int i = e / kDk, c = e % kDk;
     const float dqs = aq[i * kLdA + c], p = ap[i * kLdA + c];
-    if (i < valid) dq[(tok0 + static_cast<int64_t>(i) * H) * kDk + c] = scale * dqs;
+    if (i < valid) dq[(tok0 + static_cast<int64_t>(i) * H) * kDk + c] = scale * (dqs + adiag[i] * as_f(kr[i * kLdK + c]));
     aq[i * kLdA + c] = scale * as_f(qr[i * kLdK + c]) * dqs + 2.f * as_f(kr[i * kLdK + c]) * p;
     an[i * kLdA + c] += p;
   }
@@ -323,11 +332,13 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
   }
-  // dk = P + N; dG = Qs dQs + k (P - N) = (Qs dQs + 2 k P) - k dk.
+  // dk = P + N; dG = Qs dQs + k (P - N) = (Qs dQs + 2 k P) - k (P + N), all without the diagonal.
   for (int e = tid; e < kC * kDk; e += kThreads) {
     const int i = e / kDk, c = e % kDk;
     const float dkv = an[i * kLdA + c];
-    if (i < valid) dk[(tok0 + static_cast<int64_t>(i) * H) * kDk + c] = dkv;
+    if (i < valid) {
+      dk[(tok0 + static_cast<int64_t>(i) * H) * kDk + c] = dkv + adiag[i] * scale * as_f(qr[i * kLdK + c]);
+    }
     aq[i * kLdA + c] -= as_f(kr[i * kLdK + c]) * dkv;
   }
   __syncthreads();

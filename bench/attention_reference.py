@@ -15,32 +15,19 @@ on a retained graph; fwd_bwd: a forward then backward per call.
 Needs a CUDA GPU and PyTorch; prints a markdown table (and writes it to --out).
 """
 import argparse
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from torch_timing import time_ms  # bench/torch_timing.py, beside this file
+
 
 def cost_flops(b, t, hq, dqk, dv):
     """The simulator's flash_attention FLOPs: 2 * Hq * (dqk + dv) per causal (query, key) pair."""
     pairs = b * t * (t + 1) / 2
     return 2.0 * hq * (dqk + dv) * pairs
-
-
-def time_ms(fn, warmup=2, repeats=5):
-    for i in range(warmup):
-        fn(i)
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ms = []
-    for i in range(warmup, warmup + repeats):
-        start.record()
-        fn(i)
-        stop.record()
-        stop.synchronize()
-        ms.append(start.elapsed_time(stop))
-    return statistics.median(ms)
 
 
 def bench(label, b, t, hq, hkv, dqk, dv, repeats):

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <unordered_map>
 
 namespace moesim {
 namespace {
@@ -69,6 +70,8 @@ struct Engine::Impl {
   EventQueue events;
   std::vector<std::vector<int32_t>> remaining;  // per slot, per op: predecessors not done
   std::vector<std::vector<Picoseconds>> started;
+  // Traced runs only: an expert all-to-all's bytes as the routing draw sized it, per (slot, op).
+  std::unordered_map<uint64_t, double> routed_bytes;
   std::vector<std::vector<Picoseconds>> ended;
   std::vector<std::vector<OpState>> state;  // per slot, per op
   std::vector<int32_t> comm_in_flight;
@@ -167,6 +170,9 @@ struct Engine::Impl {
     // Everyone is here: the transfer starts after its latency.
     const GroupPlacement& gp = placement[static_cast<size_t>(op.group)];
     const double bytes = loads.comm_bytes(op, met, gp);
+    if (opt.record_timeline && op.routing_layer >= 0) {
+      for (const auto& [member, member_op] : met) routed_bytes[slot_op_key(member, member_op)] = bytes;
+    }
     const bool hierarchical = op.kind == OpKind::all_to_all && op.routing_layer >= 0 && loads.ep_out_fraction() >= 0;
     const CollectiveCost c = hierarchical ? cost.hierarchical_all_to_all(bytes, gp, loads.ep_out_fraction())
                                           : cost.collective(op.kind, bytes, gp);
@@ -245,6 +251,21 @@ struct Engine::Impl {
     }
   }
 
+  static uint64_t slot_op_key(int32_t slot, uint32_t op_index) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(slot)) << 32) | op_index;
+  }
+
+  // What a routed op did as the routing draw sized it, for the trace: a grouped GEMM's rows, an
+  // expert all-to-all's bytes; -1 for every other op.
+  double routed_amount(int32_t slot, uint32_t op_index, const Op& op) {
+    if (op.routing_layer < 0) return -1;
+    if (op.kind == OpKind::grouped_gemm || op.kind == OpKind::lora_gemm) {
+      return static_cast<double>(op.m) * loads.rows_scale(slot, op);
+    }
+    const auto it = routed_bytes.find(slot_op_key(slot, op_index));
+    return it == routed_bytes.end() ? -1 : it->second;
+  }
+
   void finish_op(int32_t slot, uint32_t op_index, Picoseconds t) {
     const Program& p = program_of(slot);
     const Op& op = p.ops[op_index];
@@ -255,8 +276,8 @@ struct Engine::Impl {
     busy[static_cast<size_t>(slot)][static_cast<size_t>(op.kind)] += t - start;
     if (is_communication(op.kind)) --comm_in_flight[static_cast<size_t>(slot)];
     if (opt.record_timeline) {
-      result.timeline.records.push_back(
-          ExecRecord{slots.rank_of(slot), static_cast<int32_t>(p.stage), op_index, op.stream, start, t});
+      result.timeline.records.push_back(ExecRecord{slots.rank_of(slot), static_cast<int32_t>(p.stage), op_index,
+                                                   op.stream, start, t, routed_amount(slot, op_index, op)});
     }
     auto& rem = remaining[static_cast<size_t>(slot)];
     const ProgramIndex& ix = index[static_cast<size_t>(p.stage)];
@@ -334,6 +355,7 @@ struct Engine::Impl {
     busy.assign(n, {});
     events.clear();
     rendezvous.clear();
+    routed_bytes.clear();
     for (int32_t s = 0; s < slots.num_slots(); ++s) {
       const Program& p = program_of(s);
       memory[static_cast<size_t>(s)].reset(p.persistent.total(), p.persistent.host_total());

@@ -117,8 +117,8 @@ double ExpertLoads::rows_scale(int32_t slot, const Op& op) {
   if (op.routing_layer < 0 || !routing_ || (op.kind != OpKind::grouped_gemm && op.kind != OpKind::lora_gemm)) return 1.0;
   const int64_t ep = g_.plan.group_size(GroupKind::ep);
   if (ep <= 1) return 1.0;
-  const int64_t assignments = g_.routed_tokens_per_micro_batch() * routing_->top_k();
-  const double expected = static_cast<double>(routed_part_rows(assignments, ep, op.routing_part));
+  const int64_t rows_expected = routing_->expected_rows(g_.routed_tokens_per_micro_batch());
+  const double expected = static_cast<double>(routed_part_rows(rows_expected, ep, op.routing_part));
   const SlotLoad& l = load_of(op.routing_layer, op.micro, slot);
   const double rows = op.routing_part == RoutingPart::all ? l.rows
                       : op.routing_part == RoutingPart::local ? l.local_rows
@@ -128,8 +128,9 @@ double ExpertLoads::rows_scale(int32_t slot, const Op& op) {
 
 double ExpertLoads::comm_bytes(const Op& op, const std::vector<std::pair<int32_t, uint32_t>>& met, const GroupPlacement& gp) {
   if (!(op.kind == OpKind::all_to_all && routing_ && op.routing_layer >= 0 && gp.size > 1)) return op.comm_bytes;
-  // All-to-all-v: sized by the busiest member's traffic, in nccl-tests' convention.
-  const double assignments = static_cast<double>(g_.routed_tokens_per_micro_batch() * routing_->top_k());
+  // All-to-all-v: sized by the busiest member's traffic, in nccl-tests' convention; the graph
+  // sized the op's buffer at the expected rows.
+  const double assignments = static_cast<double>(routing_->expected_rows(g_.routed_tokens_per_micro_batch()));
   double worst = 0;
   for (const auto& [s, i] : met) worst = std::max(worst, load_of(op.routing_layer, op.micro, s).wire_assignments);
   return worst * (op.comm_bytes / assignments) * static_cast<double>(gp.size) / static_cast<double>(gp.size - 1);

@@ -457,11 +457,26 @@ double RoutingSampler::expected_fraction(int64_t layer, int64_t ep_rank, int64_t
   return table(layer, step).rank_fraction[static_cast<size_t>(ep_rank)];
 }
 
-int64_t RoutingSampler::expert_capacity(int64_t num_tokens) const {
-  if (!spec_.capacity_factor) return -1;
-  const auto balanced = static_cast<double>(ep_ * num_tokens * top_k_) / static_cast<double>(num_experts_);
+int64_t expert_capacity(const RoutingSpec& spec, int64_t num_experts, int64_t top_k, int64_t ep, int64_t tokens) {
+  if (!spec.capacity_factor) return -1;
+  const auto balanced = static_cast<double>(ep * tokens * top_k) / static_cast<double>(num_experts);
   // The relative 1e-12 keeps rounding from adding a row: 1.1 x 1000 is 1100.0000000000002.
-  return static_cast<int64_t>(std::ceil(*spec_.capacity_factor * balanced * (1 - 1e-12)));
+  return static_cast<int64_t>(std::ceil(*spec.capacity_factor * balanced * (1 - 1e-12)));
+}
+
+int64_t expected_expert_rows(const RoutingSpec& spec, int64_t num_experts, int64_t top_k, int64_t ep, int64_t tokens) {
+  if (spec.capacity_factor && spec.capacity_policy == CapacityPolicy::pad) {
+    return num_experts / ep * expert_capacity(spec, num_experts, top_k, ep, tokens);
+  }
+  return tokens * top_k;
+}
+
+int64_t RoutingSampler::expert_capacity(int64_t num_tokens) const {
+  return moesim::expert_capacity(spec_, num_experts_, top_k_, ep_, num_tokens);
+}
+
+int64_t RoutingSampler::expected_rows(int64_t num_tokens) const {
+  return expected_expert_rows(spec_, num_experts_, top_k_, ep_, num_tokens);
 }
 
 int64_t RoutingSampler::processed_rows(int64_t step, int64_t layer, int64_t micro, int64_t group_id,

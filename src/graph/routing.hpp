@@ -114,6 +114,15 @@
 
 namespace moesim {
 
+// Expert capacity C per expert and micro-batch of `tokens` tokens per EP rank (see above); -1:
+// dropless (no capacity_factor).
+int64_t expert_capacity(const RoutingSpec& spec, int64_t num_experts, int64_t top_k, int64_t ep, int64_t tokens);
+
+// The rows an EP rank's experts hold per micro-batch in expectation, which sizes the graph's
+// expert-side buffers and GEMMs: the T k assignments, or under capacity padding E/ep x C whatever
+// the loads (the padding is computed and kept like real rows).
+int64_t expected_expert_rows(const RoutingSpec& spec, int64_t num_experts, int64_t top_k, int64_t ep, int64_t tokens);
+
 class RoutingSampler {
  public:
   // histogram: tokens per expert when spec.distribution is histogram, else empty. The arguments
@@ -141,8 +150,9 @@ class RoutingSampler {
   // Units a token's assignments reach: min(M, k) when limited.
   int64_t units_reached() const;
 
-  // Expert capacity C per micro-batch of num_tokens tokens per EP rank (see above); -1: dropless.
+  // expert_capacity and expected_expert_rows (above) of this sampler's routing.
   int64_t expert_capacity(int64_t num_tokens) const;
+  int64_t expected_rows(int64_t num_tokens) const;
   // Rows the experts of EP rank `ep_rank` of group `group_id` process when `received` assignments
   // arrive: received when dropless, sum over its experts of min(load_e, C) (drop), or
   // experts_per_rank() * C (pad).

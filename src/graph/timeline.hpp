@@ -20,6 +20,9 @@ struct ExecRecord {
   Stream stream = Stream::compute;
   Picoseconds start = 0;
   Picoseconds end = 0;
+  // A routed op as the routing draw sized it: a grouped GEMM's rows (capacity, skew and
+  // local-first show here), an expert all-to-all's bytes; -1: the op as built.
+  double routed = -1;
 };
 
 // Memory in use on one rank right after an op's effects, per tier.

@@ -105,8 +105,9 @@ std::vector<std::string> not_modelled(const Scenario& s) {
   if (s.model.vision) {
     out.push_back("the vision encoder: the step is text only, without its ops or its weights in memory");
   }
-  if (s.model.moe && s.spec.parallel.ep == 1 && s.spec.routing.capacity_factor) {
-    out.push_back("routing.capacity_factor without expert parallelism: every rank computes its experts' dropless loads");
+  if (s.model.moe && s.spec.parallel.ep == 1 && s.spec.routing.capacity_factor &&
+      s.spec.routing.capacity_policy == CapacityPolicy::drop) {
+    out.push_back("routing.capacity_factor (drop) without expert parallelism: every rank computes its experts' dropless loads");
   }
   return out;
 }

@@ -280,6 +280,16 @@ std::string chrome_trace_json(const StepGraph& graph, const Timeline& timeline, 
     const bool moves_bytes = is_communication(op.kind) || op.kind == OpKind::swap_out || op.kind == OpKind::swap_in;
     append_double(out, moves_bytes ? op.comm_bytes : op.bytes_read + op.bytes_written, std::chars_format::fixed,
                   "bytes");
+    if (rec.routed >= 0) {
+      // The routing draw's size of this execution beside the graph's expected one.
+      const bool rows = op.kind == OpKind::grouped_gemm || op.kind == OpKind::lora_gemm;
+      out += rows ? ",\"rows\":" : ",\"routed_bytes\":";
+      append_double(out, rec.routed, std::chars_format::fixed, "routed amount");
+      if (rows) {
+        out += ",\"rows_expected\":";
+        append_int(out, op.m);
+      }
+    }
     if (is_communication(op.kind)) {
       out += ",\"group\":\"";
       out += group_names[static_cast<size_t>(op.group)];

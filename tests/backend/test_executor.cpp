@@ -31,6 +31,7 @@ const char* const kCalibration[] = {"scenarios/calibration/k3-slice-1gpu.json", 
                                     "scenarios/calibration/k3-slice-2gpu-ft.json",
                                     "scenarios/calibration/llama-8b-slice-1gpu.json",
                                     "scenarios/calibration/qwen3-moe-slice-1gpu.json",
+                                    "scenarios/calibration/qwen3-moe-slice-1gpu-pad.json",
                                     "scenarios/calibration/qwen3-moe-slice-2gpu.json"};
 const char* const kLlama = "scenarios/calibration/llama-8b-slice-1gpu.json";
 const char* const kQwen3 = "scenarios/calibration/qwen3-moe-slice-2gpu.json";
@@ -397,6 +398,29 @@ TEST_CASE("routing plan: EP2 send and receive counts match across ranks and give
     CHECK(rows1 == recv[1]);
     CHECK(a.rows_per_expert.size() == 14);
   }
+}
+
+TEST_CASE("routing plan under capacity padding: every expert C rows, fixed buffers, as the engine's") {
+  const Scenario s = scenario("scenarios/calibration/qwen3-moe-slice-1gpu-pad.json");
+  const StepGraph g = build_step_graph(s);
+  const int64_t tokens = g.routed_tokens_per_micro_batch();
+  const int64_t capacity = g.routing->expert_capacity(tokens);
+  CHECK(capacity == 8192);  // 2.0 x 8192 x 8 / 16
+  const RoutingPlan plan = build_routing_plan(g, 0, 0);
+  REQUIRE(!plan.empty());
+  for (const auto& [key, slice] : plan) {
+    CHECK(slice.rows_per_expert == std::vector<int32_t>(16, static_cast<int32_t>(capacity)));
+    CHECK(slice.send_rows.at(0) == 16 * capacity);
+    CHECK(slice.recv_rows.at(0) == 16 * capacity);
+  }
+  // The graph's expert GEMMs are the padded ones, so the engine times what the executor runs.
+  int gemms = 0;
+  for (const Op& op : g.programs.front().ops) {
+    if (op.kind != OpKind::grouped_gemm || op.routing_layer < 0) continue;
+    CHECK(op.m == 16 * capacity);
+    ++gemms;
+  }
+  CHECK(gemms > 0);
 }
 
 TEST_CASE("replaying the engine's op times under the queue rules gives the engine's step back") {

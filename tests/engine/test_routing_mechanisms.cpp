@@ -10,6 +10,7 @@
 
 #include "../graph/graph_test_util.hpp"
 #include "engine/engine.hpp"
+#include "graph/graph_stats.hpp"
 
 using namespace moesim;
 using test::Plan;
@@ -50,6 +51,17 @@ struct Run {
   }
 };
 
+// Bytes of the expert-side buffers named `name` (the permuted rows) over every program.
+double buffer_bytes(const StepGraph& g, const std::string& name) {
+  double bytes = 0;
+  for (const Program& p : g.programs) {
+    for (const Buffer& b : p.buffers) {
+      if (p.names[b.name].ends_with(name)) bytes += b.bytes;
+    }
+  }
+  return bytes;
+}
+
 }  // namespace
 
 TEST_CASE("padding to capacity: every routed grouped GEMM runs at exactly C rows per expert") {
@@ -59,13 +71,13 @@ TEST_CASE("padding to capacity: every routed grouped GEMM runs at exactly C rows
   // C = ceil(1.25 * 16 ranks * T * 8 / 128), and a rank's 8 experts each get C rows.
   const auto capacity = static_cast<int64_t>(std::ceil(1.25 * 16.0 * static_cast<double>(tokens) * 8 / 128));
   CHECK(run.graph.routing->expert_capacity(tokens) == capacity);
-  const double scale = 8.0 * static_cast<double>(capacity) / static_cast<double>(tokens * 8);
   int checked = 0;
   for (const ExecRecord& e : r.timeline.records) {
     const Op& op = run.graph.programs[static_cast<size_t>(e.program)].ops[e.op];
     if (op.kind != OpKind::grouped_gemm || op.routing_layer < 0) continue;
-    // The closed form, or it slowed by the overlap factor while a collective was in flight.
-    const double alone = run.cost.kernel_seconds(op, scale);
+    CHECK(op.m == 8 * capacity);  // the graph's GEMM is the padded one, whatever the draw
+    // The closed form at those rows, or it slowed by the overlap factor while a collective was in flight.
+    const double alone = run.cost.kernel_seconds(op, 1.0);
     const auto ps = [](double s) { return static_cast<Picoseconds>(std::llround(s * 1e12)); };
     const Picoseconds took = e.end - e.start;
     CHECK((took == ps(alone) || took == ps(alone * (1 + run.cost.overlap_slowdown()))));
@@ -74,6 +86,33 @@ TEST_CASE("padding to capacity: every routed grouped GEMM runs at exactly C rows
   CHECK(checked > 0);
   // Every member does the same padded work: the load balance is the capacity factor itself.
   CHECK(r.ep_load_imbalance == doctest::Approx(8.0 * static_cast<double>(capacity) / static_cast<double>(tokens * 8)));
+}
+
+TEST_CASE("padding to capacity holds its padded buffers in memory, and costs time without expert parallelism") {
+  Run dropless(two_nodes("{}"));
+  Run pad(two_nodes(R"({"capacity_factor": 1.25, "capacity_policy": "pad"})"));
+  const int64_t tokens = dropless.graph.routed_tokens_per_micro_batch();
+  const double padded_rows = 8.0 * static_cast<double>(pad.graph.routing->expert_capacity(tokens));
+  // The dispatch's send buffers (and every buffer after them up to the combine) grow by C E/ep / T k.
+  const double ratio = padded_rows / static_cast<double>(tokens * 8);
+  CHECK(ratio == doctest::Approx(1.25));
+  CHECK(buffer_bytes(pad.graph, "moe.permuted") == doctest::Approx(ratio * buffer_bytes(dropless.graph, "moe.permuted")));
+  CHECK(buffer_bytes(dropless.graph, "moe.permuted") > 0);
+  CHECK(pad.step().memory.at(0).peak_hbm_bytes > dropless.step().memory.at(0).peak_hbm_bytes);
+  // The padding is hardware work, not model work: MFU's FLOPs stay those of the T k real rows.
+  const GraphStats padded_stats = compute_stats(pad.graph), dropless_stats = compute_stats(dropless.graph);
+  CHECK(padded_stats.model_flops_per_step == doctest::Approx(dropless_stats.model_flops_per_step).epsilon(1e-12));
+  CHECK(padded_stats.flops_per_step > dropless_stats.flops_per_step);
+  // EP 1: no routing draw to scale by, so the padding must be in the graph's GEMMs themselves.
+  Plan one = two_nodes("{}");
+  one.devices = 1;
+  one.shard = 1;
+  one.ep = 1;
+  one.global_batch = 1;
+  Plan one_pad = one;
+  one_pad.routing = R"({"capacity_factor": 1.25, "capacity_policy": "pad"})";
+  Run a(one), b(one_pad);
+  CHECK(b.step().step_time > a.step().step_time);
 }
 
 TEST_CASE("dropping at capacity: the skewed step's experts never exceed C, and it is no slower than dropless") {

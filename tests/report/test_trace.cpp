@@ -6,6 +6,7 @@
 // and is deterministic; the CSV is exact line by line. Also times a million records.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -17,6 +18,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cost/cost_model.hpp"
+#include "engine/engine.hpp"
+#include "graph/routing.hpp"
 #include "graph/step_graph.hpp"
 #include "report/trace.hpp"
 #include "scenario/scenario_spec.hpp"
@@ -254,6 +258,61 @@ TEST_CASE("trace: records that do not fit the graph are rejected") {
   Timeline t = f.timeline;
   t.records[1].op = static_cast<uint32_t>(graph().programs[0].ops.size());
   CHECK_THROWS_AS(chrome_trace_json(graph(), t, TraceOptions{.max_ranks = 1}), std::invalid_argument);
+}
+
+TEST_CASE("trace: routed ops carry the routing draw's rows and bytes (capacity padding shows as C rows per expert)") {
+  const std::string text = R"({"name": "trace-pad", "model": "qwen3-30b-a3b", "hardware": "h200-hgx",
+    "num_devices": 8, "training": {"mode": "pretrain"},
+    "batch": {"global_batch_size": 8, "micro_batch_size": 1, "sequence_length": 1024},
+    "parallel": {"fsdp": {"shard": 8, "replicate": 1}, "ep": 8},
+    "routing": {"distribution": "skewed", "skew": 1.0, "capacity_factor": 1.25, "capacity_policy": "pad"}})";
+  const Scenario s = load_scenario(InputText{"t.json", text, false});
+  const StepGraph g = build_step_graph(s);
+  const CostModel cost(s.hardware);
+  EngineOptions o;
+  o.record_timeline = true;
+  const StepResult r = Engine(g, cost).run(o);
+  const json trace = json::parse(chrome_trace_json(g, r.timeline, {}));
+  // Qwen3-30B-A3B: 128 experts, top-8, EP 8 -> 16 experts per rank, each padded to C rows.
+  const int64_t tokens = g.routed_tokens_per_micro_batch();
+  const int64_t padded = 16 * g.routing->expert_capacity(tokens);
+  int gemms = 0, all_to_alls = 0;
+  for (const json& e : events_with(trace, "X")) {
+    const json& args = e.at("args");
+    if (e.at("cat") == "grouped_gemm" && args.at("layer").get<int64_t>() > 0) {
+      REQUIRE(args.contains("rows"));
+      CHECK(args.at("rows").get<double>() == static_cast<double>(padded));
+      CHECK(args.at("rows_expected") == padded);
+      ++gemms;
+    } else if (e.at("cat") == "all_to_all") {
+      // Padding sends fixed buffers: the op's own size, whatever the skewed draw.
+      REQUIRE(args.contains("routed_bytes"));
+      CHECK(args.at("routed_bytes").get<double>() == doctest::Approx(args.at("bytes").get<double>()));
+      ++all_to_alls;
+    } else {
+      CHECK_FALSE(args.contains("rows"));
+      CHECK_FALSE(args.contains("routed_bytes"));
+    }
+  }
+  CHECK(gemms > 0);
+  CHECK(all_to_alls > 0);
+
+  // Dropless under the same skew: the busiest rank's GEMMs hold more than the expected T k rows.
+  const std::string dropless = R"({"name": "trace-skew", "model": "qwen3-30b-a3b", "hardware": "h200-hgx",
+    "num_devices": 8, "training": {"mode": "pretrain"},
+    "batch": {"global_batch_size": 8, "micro_batch_size": 1, "sequence_length": 1024},
+    "parallel": {"fsdp": {"shard": 8, "replicate": 1}, "ep": 8},
+    "routing": {"distribution": "skewed", "skew": 1.0}})";
+  const Scenario s2 = load_scenario(InputText{"t.json", dropless, false});
+  const StepGraph g2 = build_step_graph(s2);
+  const StepResult r2 = Engine(g2, CostModel(s2.hardware)).run(o);
+  double most = 0;
+  for (const json& e : events_with(json::parse(chrome_trace_json(g2, r2.timeline, {})), "X")) {
+    if (e.at("cat") != "grouped_gemm" || !e.at("args").contains("rows")) continue;
+    CHECK(e.at("args").at("rows_expected") == tokens * 8);
+    most = std::max(most, e.at("args").at("rows").get<double>());
+  }
+  CHECK(most > 1.2 * static_cast<double>(tokens * 8));
 }
 
 TEST_CASE("memory CSV: header, then one exact line per sample") {

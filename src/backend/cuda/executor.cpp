@@ -493,10 +493,12 @@ void check_executable(const Scenario& sc, const ExecOptions& opt) {
     throw InputError(sc.file, sc.spec.overlap.moe_local_first ? "/overlap/moe_local_first" : "/overlap/moe_dispatch_chunks",
                      "local-first and chunked expert dispatch are simulated, not executed, by this version");
   }
-  if (sc.spec.routing.capacity_factor || sc.spec.routing.devices_per_token > 0) {
-    // The executor's routing plan draws dropless loads and sends a copy per expert.
-    throw InputError(sc.file, sc.spec.routing.capacity_factor ? "/routing/capacity_factor" : "/routing/devices_per_token",
-                     "expert capacity and device-limited routing are simulated, not executed, by this version");
+  const bool drops = sc.spec.routing.capacity_factor && sc.spec.routing.capacity_policy == CapacityPolicy::drop;
+  if (drops || sc.spec.routing.devices_per_token > 0) {
+    // The executor's routing plan draws dropless loads (or pads to capacity) and sends a copy per expert.
+    throw InputError(sc.file, drops ? "/routing/capacity_policy" : "/routing/devices_per_token",
+                     "dropping at capacity and device-limited routing are simulated, not executed, by this version "
+                     "(capacity_policy pad is executed)");
   }
   if (opt.measured_steps < 1 || opt.warmup_steps < 1) {
     throw BackendError("execute: warmup_steps and measured_steps must be >= 1 (the slab is placed on a warm-up step's times)");

@@ -48,6 +48,18 @@ RoutingPlan build_routing_plan(const StepGraph& g, int64_t rank, int64_t step) {
       s.recv_rows.assign(static_cast<size_t>(ep), 0);
       s.rows_per_expert.assign(static_cast<size_t>(local), 0);
       int64_t received = 0;
+      const int64_t capacity = rs.expert_capacity(t);
+      if (capacity >= 0 && rs.spec().capacity_policy == CapacityPolicy::pad) {
+        // Padding (the engine's ExpertLoads::group_routing): every expert C rows, fixed buffers of
+        // E/ep x C / ep rows to and from each peer, whatever the draw.
+        const int64_t padded = local * capacity;
+        for (int64_t q = 0; q < ep; ++q) {
+          const int64_t block = padded / ep + (q < padded % ep ? 1 : 0);
+          s.send_rows[static_cast<size_t>(q)] = s.recv_rows[static_cast<size_t>(q)] = block;
+        }
+        s.rows_per_expert.assign(static_cast<size_t>(local), static_cast<int32_t>(capacity));
+        continue;
+      }
       if (ep == 1) {
         received = t * rs.top_k();
         s.send_rows[0] = s.recv_rows[0] = received;
@@ -442,7 +454,7 @@ class Launcher {
     const TensorDesc& big = p_.outputs(op_).front();  // [assignments, cols] in expert order
     const int64_t cols = cols_of(big);
     auto* x = in<bf16_bits>(t * cols);
-    auto* xp = out<bf16_bits>(t * k * cols);
+    auto* xp = out<bf16_bits>(e_.graph->routing->expected_rows(t) * cols);  // capacity padding: the padded buffer
     if (live()) permute_rows(x, e_.tables.dest_row, t * k, static_cast<int>(k), cols, xp, s());
   }
 
@@ -452,7 +464,7 @@ class Launcher {
     const int64_t t = e_.graph->routed_tokens_per_micro_batch(), k = moe.top_k;
     const TensorDesc& small = p_.outputs(op_).front();  // [tokens, cols] in token order
     const int64_t cols = cols_of(small);
-    auto* yp = in<bf16_bits>(t * k * cols);
+    auto* yp = in<bf16_bits>(e_.graph->routing->expected_rows(t) * cols);
     auto* weights = in<float>(t * k);
     auto* y = out<bf16_bits>(t * cols);
     if (live()) unpermute_combine(yp, e_.tables.dest_row, weights, t, static_cast<int>(k), cols, y, s());
@@ -805,8 +817,9 @@ class Launcher {
       if (it != e_.routing->end()) r = &it->second;
     }
     if (r) {
-      const double assignments = static_cast<double>(e_.graph->routed_tokens_per_micro_batch() * model().moe->top_k);
-      const auto row_bytes = static_cast<int64_t>(op_.comm_bytes / assignments);
+      // The graph sized the op at the expected rows (the padded ones under capacity padding).
+      const double rows = static_cast<double>(e_.graph->routing->expected_rows(e_.graph->routed_tokens_per_micro_batch()));
+      const auto row_bytes = static_cast<int64_t>(op_.comm_bytes / rows);
       const bool fwd_dir = dispatch_direction();
       for (size_t q = 0; q < send_bytes.size(); ++q) {
         send_bytes[q] = (fwd_dir ? r->send_rows[q] : r->recv_rows[q]) * row_bytes;

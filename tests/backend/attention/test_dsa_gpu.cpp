@@ -154,9 +154,10 @@ TEST_CASE("DSA top-k keeps ties and large rows right") {
 
 namespace {
 
-void sparse_case(const DsaAttentionShape& s, AttentionImpl impl) {
+// holes: every 7th valid slot from the 4th on holds -1 (a selection the kernels must skip).
+void sparse_case(const DsaAttentionShape& s, AttentionImpl impl, bool holes = false) {
   const std::string variant = impl == AttentionImpl::tensor_core ? "tensor_core" : "simt";
-  INFO(variant << " T " << s.seq << " H " << s.heads << " top_k " << s.top_k);
+  INFO(variant << " T " << s.seq << " H " << s.heads << " top_k " << s.top_k << (holes ? " with -1 slots" : ""));
   const int64_t T = s.seq, dq_dim = s.latent + s.rope;
   // Random causal selections, valid slots first (the top-k kernel's contract).
   std::vector<int32_t> sel(static_cast<size_t>(s.batch * T * s.top_k), -1);
@@ -166,7 +167,7 @@ void sparse_case(const DsaAttentionShape& s, AttentionImpl impl) {
       for (int32_t j = 0; j <= t; ++j) keys[static_cast<size_t>(j)] = j;
       std::shuffle(keys.begin(), keys.end(), rng());
       for (int64_t j = 0; j < std::min<int64_t>(t + 1, s.top_k); ++j) {
-        sel[static_cast<size_t>((b * T + t) * s.top_k + j)] = keys[static_cast<size_t>(j)];
+        sel[static_cast<size_t>((b * T + t) * s.top_k + j)] = holes && j % 7 == 3 ? -1 : keys[static_cast<size_t>(j)];
       }
     }
   }
@@ -212,10 +213,15 @@ void sparse_case(const DsaAttentionShape& s, AttentionImpl impl) {
 
 TEST_CASE("DSA sparse attention forward and backward match the CPU reference") {
   for (auto impl : {AttentionImpl::tensor_core, AttentionImpl::simt}) {
-    // top_k below, equal to and above the 64-key tile; 32 heads, and 64 (two head groups).
+    // top_k below, equal to and above the 64-key tile (32 keys in the backward); 32 heads, and 64
+    // (two head groups).
     sparse_case(DsaAttentionShape{.batch = 2, .seq = 100, .heads = 32, .top_k = 40}, impl);
     sparse_case(DsaAttentionShape{.batch = 1, .seq = 150, .heads = 64, .top_k = 64}, impl);
     sparse_case(DsaAttentionShape{.batch = 1, .seq = 200, .heads = 32, .top_k = 100}, impl);
+    // Enough tiles that every tile buffer is reused (6 forward tiles of 48, 8 backward tiles of 32).
+    sparse_case(DsaAttentionShape{.batch = 1, .seq = 300, .heads = 32, .top_k = 250}, impl);
+    // K3's 96 heads (three head groups per query), several key tiles, and skipped slots.
+    sparse_case(DsaAttentionShape{.batch = 1, .seq = 160, .heads = 96, .top_k = 136}, impl, true);
   }
 }
 

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: MIT
 // DSA kernels: lightning indexer scores and their gradient, radix top-k per query, sparse MQA
 // attention forward and backward over the selected latents; see dsa.hpp. This file: the
-// launchers (dispatching to the tensor-core variants in dsa_tc.cu by default), the top-k, and the
-// FP32 SIMT variants.
+// launchers (dispatching to the tensor-core variants by default: dsa_tc.cu for the indexer,
+// dsa_mma.cu for the sparse attention), the top-k, and the FP32 SIMT variants.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
 #include "backend/cuda/attention/dsa.hpp"
+#include "backend/cuda/attention/dsa_mma.hpp"
 #include "backend/cuda/attention/dsa_tc.hpp"
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/kernels_common.cuh"
@@ -530,8 +531,8 @@ void dsa_topk(const DsaIndexerShape& s, const float* scores, int32_t* idx, cudaS
 void dsa_sparse_forward(const DsaAttentionShape& s, const bf16_bits* q, const bf16_bits* kv, const int32_t* idx,
                         float scale, bf16_bits* o, float* lse, cudaStream_t stream, AttentionImpl impl) {
   dsa_check_shape(s);
-  if (impl == AttentionImpl::tensor_core && s.heads % dsa_tc::kHeadGroup == 0) {
-    dsa_tc::sparse_forward(s, q, kv, idx, scale, o, lse, stream);
+  if (impl == AttentionImpl::tensor_core && s.heads % dsa_mma::kHeadGroup == 0) {
+    dsa_mma::sparse_forward(s, q, kv, idx, scale, o, lse, stream);
     return;
   }
   const size_t smem = sizeof(float) * (kHg * kPadQ + kKt * kPadQ + kHg * 17) + sizeof(int) * kKt;
@@ -556,9 +557,9 @@ void dsa_sparse_backward(const DsaAttentionShape& s, const bf16_bits* q, const b
   const int64_t rows = s.batch * s.seq * s.heads;
   sparse_dot_kernel<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(rows, o, d_o, dsum);
   MOESIM_LAUNCH_CHECK();
-  if (impl == AttentionImpl::tensor_core && s.heads % dsa_tc::kHeadGroup == 0) {
+  if (impl == AttentionImpl::tensor_core && s.heads % dsa_mma::kHeadGroup == 0) {
     MOESIM_CUDA_CHECK(cudaMemsetAsync(dkv, 0, static_cast<size_t>(s.batch * s.seq * kDq) * sizeof(float), stream));
-    dsa_tc::sparse_backward(s, q, kv, idx, lse, dsum, d_o, scale, dq, dkv, stream);
+    dsa_mma::sparse_backward(s, q, kv, idx, lse, dsum, d_o, scale, dq, dkv, stream);
     return;
   }
   const size_t smem_q = sizeof(float) * (kHg * kPadQ + kKt * kPadQ + kHg * (kLat + 1) + kHg * 17) + sizeof(int) * kKt;

@@ -15,8 +15,9 @@
 // into the latent space), kv [B, T, latent + rope] BF16 (the compressed latent and the rope key; the value is the first
 // `latent` dims), idx as above; o, do [B, T, H, latent] BF16, lse [B, T, H] FP32.
 // Supported: latent 512, rope 64, H a multiple of 16. Two variants (AttentionImpl): tensor_core
-// (WMMA BF16, 32 heads x 64 gathered keys per tile, dsa_tc.cu; other head counts fall back to
-// simt) and simt (FP32, 16 heads x 16 keys). The indexer has both variants too.
+// (mma.sync BF16, a block per query and 32 heads, cp.async-gathered tiles of 64 keys forward and
+// 32 backward, dsa_mma.cu; other head counts fall back to simt) and simt (FP32, 16 heads x 16
+// keys). The indexer has both variants too (its tensor-core one: WMMA, dsa_tc.cu).
 #pragma once
 
 #include <cstddef>
@@ -56,12 +57,14 @@ void dsa_indexer_backward(const DsaIndexerShape& s, const bf16_bits* q, const bf
                           AttentionImpl impl = AttentionImpl::tensor_core);
 void dsa_topk(const DsaIndexerShape& s, const float* scores, int32_t* idx, cudaStream_t stream);
 
-// impl: tensor_core (default) needs heads % 32 == 0; other head counts run the SIMT kernel.
+// impl: tensor_core (default) needs heads % 32 == 0 (one pass, online softmax); other head counts
+// run the SIMT kernel.
 void dsa_sparse_forward(const DsaAttentionShape& s, const bf16_bits* q, const bf16_bits* kv, const int32_t* idx,
                         float scale, bf16_bits* o, float* lse, cudaStream_t stream,
                         AttentionImpl impl = AttentionImpl::tensor_core);
 // Workspace: one FP32 per (batch, query, head) for rowsum(dO * O). dkv is accumulated with atomics
-// (a key is selected by many queries).
+// (a key is selected by many queries; tensor_core: one FP32 vector reduction per 4 columns, per
+// key and block of 32 heads).
 size_t dsa_sparse_backward_workspace_bytes(const DsaAttentionShape& s);
 void dsa_sparse_backward(const DsaAttentionShape& s, const bf16_bits* q, const bf16_bits* kv, const int32_t* idx,
                          const bf16_bits* o, const float* lse, const bf16_bits* d_o, float scale, float* dq, float* dkv,

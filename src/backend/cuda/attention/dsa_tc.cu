@@ -1,10 +1,6 @@
 // SPDX-License-Identifier: MIT
-// DSA sparse MQA attention on tensor cores (WMMA 16x16x16, BF16 operands, FP32 accumulators).
-// All heads of a query share its selected latents, so a block takes one query and 32 heads: the
-// heads are the M dimension of Q K^T, the gathered keys (64 per tile) N. As in the MLA kernels
-// the forward makes two passes (lse, then P V) so that output fragments never need a per-row
-// rescale. Backward: dQ per (query, 32 heads) without atomics; dKV per query over key tiles of
-// 32, summed over all heads in fragments, then added to the shared latents with FP32 atomics.
+// The DSA lightning indexer and its gradient on tensor cores (WMMA 16x16x16, BF16 operands, FP32
+// accumulators). The sparse attention's tensor-core kernels are in dsa_mma.cu.
 #include <mma.h>
 
 #include <cmath>
@@ -23,14 +19,10 @@ using FragBcol = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_majo
 using FragBrow = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
 using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
-constexpr int kLat = 512, kDq = 576;  // latent (value) dims; query/key dims (latent + rope 64)
-constexpr int kHg = kHeadGroup;
 constexpr int kThreads = 256;
-// Shared-memory row strides padded by 16 bytes (BF16) or 16 bytes (FP32): rows of 1152 or 1024
-// bytes would put the 16 rows of a WMMA fragment in the same banks.
-constexpr int kLq = kDq + 8, kLv = kLat + 8;  // BF16 q/k and dO tiles
-constexpr int kLs = 64 + 4, kLp = 64 + 8;     // FP32 S, BF16 P tiles of 64 keys
-constexpr int kLs2 = 32 + 4, kLp2 = 32 + 8;   // the same for 32 x 32 tiles (dKV kernel)
+// Shared-memory rows padded by 16 bytes: rows of a power-of-two size would put the 16 rows of a
+// WMMA fragment in the same banks.
+constexpr int kLs = 64 + 4, kLp = 64 + 8;  // FP32 S, BF16 P tiles of 64 columns
 
 // c = A[16 x K] B[16 x K]^T, both row-major with leading dims lda, ldb (pointers at row 0).
 template <int K>
@@ -54,250 +46,6 @@ __device__ __forceinline__ void mma_ab_acc(FragC& c, const bf16* a, int lda, con
     wmma::load_matrix_sync(fa, a + kk * 16, lda);
     wmma::load_matrix_sync(fb, b + kk * 16 * ldb, ldb);
     wmma::mma_sync(c, fa, fb, c);
-  }
-}
-
-// Copies `rows` contiguous rows of `cols` BF16 into a tile with row stride `ld`, 16 bytes at a time.
-__device__ __forceinline__ void copy_rows(bf16* dst, int ld, const bf16_bits* __restrict__ src, int rows, int cols) {
-  const int vec = cols / 8;
-  for (int e = threadIdx.x; e < rows * vec; e += blockDim.x) {
-    const int r = e / vec, part = e % vec;
-    reinterpret_cast<uint4*>(dst + r * ld)[part] = reinterpret_cast<const uint4*>(src + r * cols)[part];
-  }
-}
-
-// Gathers the latents of slots slot0..slot0+Rows-1 of one query into ks [Rows][kDq] (zeros for
-// slots past `slots` or holding -1). Synchronises the block.
-template <int Rows>
-__device__ __forceinline__ void gather(bf16* ks, int* sel_s, const int32_t* __restrict__ sel, int slot0, int slots,
-                                       const bf16_bits* __restrict__ kv, int b, int T) {
-  if (threadIdx.x < Rows) {
-    const int slot = slot0 + static_cast<int>(threadIdx.x);
-    sel_s[threadIdx.x] = slot < slots ? sel[slot] : -1;
-  }
-  __syncthreads();
-  constexpr int kVec = kDq / 8;
-  auto* d = reinterpret_cast<uint4*>(ks);
-  for (int e = threadIdx.x; e < Rows * kVec; e += blockDim.x) {
-    const int j = e / kVec, part = e % kVec, s = sel_s[j];
-    d[j * (kLq / 8) + part] = s >= 0
-                                  ? reinterpret_cast<const uint4*>(kv + (static_cast<int64_t>(b) * T + s) * kDq)[part]
-                                  : make_uint4(0, 0, 0, 0);
-  }
-}
-
-__device__ __forceinline__ int num_slots(int t, int K) { return min(t + 1, K); }
-
-// Block per (query, 32 heads, batch). Warp w: S fragment (w / 4, w % 4) of the 32 x 64 tile;
-// output fragments row block w / 4, columns (w % 4) * 8 .. + 7 (of 32).
-__global__ void __launch_bounds__(kThreads)
-    fwd_kernel(int T, int H, int K, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ kv,
-               const int32_t* __restrict__ idx, float scale, bf16_bits* __restrict__ o, float* __restrict__ lse) {
-  constexpr int kKt = 64;
-  extern __shared__ __align__(128) unsigned char smem[];
-  bf16* qs = reinterpret_cast<bf16*>(smem);              // [32][kLq]
-  bf16* ks = qs + kHg * kLq;                             // [64][kLq]
-  float* ss = reinterpret_cast<float*>(ks + kKt * kLq);  // [32][kLs or kLp]
-  bf16* pb = reinterpret_cast<bf16*>(ss + kHg * kLs);    // [32][kLs or kLp]
-  int* sel_s = reinterpret_cast<int*>(pb + kHg * kLp);   // [64]
-  const int t = blockIdx.x, h0 = blockIdx.y * kHg, b = blockIdx.z;
-  const int warp = threadIdx.x / 32, rb = warp / 4, cb = warp % 4;
-  const int row = threadIdx.x / 8, sub = threadIdx.x % 8;  // softmax: 8 threads per head row
-  const int64_t row0 = (static_cast<int64_t>(b) * T + t) * H + h0;
-  copy_rows(qs, kLq, q + row0 * kDq, kHg, kDq);
-  const int32_t* sel = idx + (static_cast<int64_t>(b) * T + t) * K;
-  const int slots = num_slots(t, K);
-
-  float m = -INFINITY, l = 0.f;
-  for (int slot0 = 0; slot0 < slots; slot0 += kKt) {
-    __syncthreads();
-    gather<kKt>(ks, sel_s, sel, slot0, slots, kv, b, T);
-    __syncthreads();
-    FragC c;
-    mma_abt<kDq>(c, qs + rb * 16 * kLq, kLq, ks + cb * 16 * kLq, kLq);
-    wmma::store_matrix_sync(ss + rb * 16 * kLs + cb * 16, c, kLs, wmma::mem_row_major);
-    __syncthreads();
-    float mx = -INFINITY;
-    for (int jj = 0; jj < 8; ++jj) {
-      const int j = sub * 8 + jj;
-      if (sel_s[j] >= 0) mx = fmaxf(mx, ss[row * kLs + j] * scale);
-    }
-    for (int off = 1; off < 8; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    const float mnew = fmaxf(m, mx);
-    float sum = 0.f;
-    for (int jj = 0; jj < 8; ++jj) {
-      const int j = sub * 8 + jj;
-      if (sel_s[j] >= 0) sum += __expf(ss[row * kLs + j] * scale - mnew);
-    }
-    for (int off = 1; off < 8; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    if (mnew != -INFINITY) {  // a tile without valid slots changes nothing
-      l = l * __expf(m - mnew) + sum;
-      m = mnew;
-    }
-  }
-  const float row_lse = m + logf(l);
-
-  FragC acc[8];
-  for (auto& a : acc) wmma::fill_fragment(a, 0.f);
-  for (int slot0 = 0; slot0 < slots; slot0 += kKt) {
-    __syncthreads();
-    gather<kKt>(ks, sel_s, sel, slot0, slots, kv, b, T);
-    __syncthreads();
-    FragC c;
-    mma_abt<kDq>(c, qs + rb * 16 * kLq, kLq, ks + cb * 16 * kLq, kLq);
-    wmma::store_matrix_sync(ss + rb * 16 * kLs + cb * 16, c, kLs, wmma::mem_row_major);
-    __syncthreads();
-    for (int jj = 0; jj < 8; ++jj) {
-      const int j = sub * 8 + jj;
-      const float p = sel_s[j] >= 0 ? __expf(ss[row * kLs + j] * scale - row_lse) : 0.f;
-      pb[row * kLp + j] = __float2bfloat16_rn(p);
-    }
-    __syncthreads();
-    for (int n = 0; n < 8; ++n) {
-      mma_ab_acc<kKt>(acc[n], pb + rb * 16 * kLp, kLp, ks + (cb * 8 + n) * 16, kLq);
-    }
-  }
-  __syncthreads();  // ks becomes the FP32 output stage [32][kLat]
-  float* os = reinterpret_cast<float*>(ks);
-  for (int n = 0; n < 8; ++n) {
-    wmma::store_matrix_sync(os + rb * 16 * kLat + (cb * 8 + n) * 16, acc[n], kLat, wmma::mem_row_major);
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < kHg * kLat; e += kThreads) o[row0 * kLat + e] = detail::to_bf(os[e]);
-  if (sub == 0) lse[row0 + row] = row_lse;
-}
-
-// dQ = scale sum_j P_j (dP_j - D) k_j: block per (query, 32 heads, batch), P from lse.
-__global__ void __launch_bounds__(kThreads)
-    dq_kernel(int T, int H, int K, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ kv,
-              const int32_t* __restrict__ idx, const float* __restrict__ lse, const float* __restrict__ dsum,
-              const bf16_bits* __restrict__ d_o, float scale, float* __restrict__ dq) {
-  constexpr int kKt = 64;
-  extern __shared__ __align__(128) unsigned char smem[];
-  bf16* qs = reinterpret_cast<bf16*>(smem);              // [32][kLq]
-  bf16* dos = qs + kHg * kLq;                            // [32][kLv]
-  bf16* ks = dos + kHg * kLv;                            // [64][kLq]
-  float* ss = reinterpret_cast<float*>(ks + kKt * kLq);  // [32][kLs or kLp]
-  float* dps = ss + kHg * kLs;                           // [32][kLs or kLp]
-  bf16* dsb = reinterpret_cast<bf16*>(dps + kHg * kLs);  // [32][kLs or kLp]
-  float* lse_s = reinterpret_cast<float*>(dsb + kHg * kLp);
-  float* d_s = lse_s + kHg;
-  int* sel_s = reinterpret_cast<int*>(d_s + kHg);
-  const int t = blockIdx.x, h0 = blockIdx.y * kHg, b = blockIdx.z;
-  const int warp = threadIdx.x / 32, rb = warp / 4, cb = warp % 4;
-  const int64_t row0 = (static_cast<int64_t>(b) * T + t) * H + h0;
-  copy_rows(qs, kLq, q + row0 * kDq, kHg, kDq);
-  copy_rows(dos, kLv, d_o + row0 * kLat, kHg, kLat);
-  if (threadIdx.x < kHg) {
-    lse_s[threadIdx.x] = lse[row0 + threadIdx.x];
-    d_s[threadIdx.x] = dsum[row0 + threadIdx.x];
-  }
-  const int32_t* sel = idx + (static_cast<int64_t>(b) * T + t) * K;
-  const int slots = num_slots(t, K);
-  constexpr int kCols = kDq / 16 / 4;  // 9 of the 36 column blocks per warp
-  FragC acc[kCols];
-  for (auto& a : acc) wmma::fill_fragment(a, 0.f);
-  for (int slot0 = 0; slot0 < slots; slot0 += kKt) {
-    __syncthreads();
-    gather<kKt>(ks, sel_s, sel, slot0, slots, kv, b, T);
-    __syncthreads();
-    FragC c;
-    mma_abt<kDq>(c, qs + rb * 16 * kLq, kLq, ks + cb * 16 * kLq, kLq);
-    wmma::store_matrix_sync(ss + rb * 16 * kLs + cb * 16, c, kLs, wmma::mem_row_major);
-    mma_abt<kLat>(c, dos + rb * 16 * kLv, kLv, ks + cb * 16 * kLq, kLq);
-    wmma::store_matrix_sync(dps + rb * 16 * kLs + cb * 16, c, kLs, wmma::mem_row_major);
-    __syncthreads();
-    for (int e = threadIdx.x; e < kHg * kKt; e += kThreads) {
-      const int i = e / kKt, j = e % kKt;
-      const float p = sel_s[j] >= 0 ? __expf(ss[i * kLs + j] * scale - lse_s[i]) : 0.f;
-      dsb[i * kLp + j] = __float2bfloat16_rn(p * (dps[i * kLs + j] - d_s[i]));
-    }
-    __syncthreads();
-    for (int n = 0; n < kCols; ++n) mma_ab_acc<kKt>(acc[n], dsb + rb * 16 * kLp, kLp, ks + (cb * kCols + n) * 16, kLq);
-  }
-  __syncthreads();  // ks becomes the FP32 stage [32][kDq]
-  float* st = reinterpret_cast<float*>(ks);
-  for (int n = 0; n < kCols; ++n) {
-    wmma::store_matrix_sync(st + rb * 16 * kDq + (cb * kCols + n) * 16, acc[n], kDq, wmma::mem_row_major);
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < kHg * kDq; e += kThreads) dq[row0 * kDq + e] = scale * st[e];
-}
-
-// dKV(s) += sum_h scale dS_h q_h (576 dims) + P_h dO_h (first 512): block per (query, batch);
-// key tiles of 32, head groups of 32 inside; warp w owns key row block w / 4 and column blocks
-// (w % 4) * 9 .. + 8 of the tile's gradient.
-__global__ void __launch_bounds__(kThreads)
-    dkv_kernel(int T, int H, int K, const bf16_bits* __restrict__ q, const bf16_bits* __restrict__ kv,
-               const int32_t* __restrict__ idx, const float* __restrict__ lse, const float* __restrict__ dsum,
-               const bf16_bits* __restrict__ d_o, float scale, float* __restrict__ dkv) {
-  constexpr int kKt = 32;
-  extern __shared__ __align__(128) unsigned char smem[];
-  bf16* ks = reinterpret_cast<bf16*>(smem);               // [32 keys][kLq]
-  bf16* qg = ks + kKt * kLq;                              // [32 heads][kLq]
-  bf16* dog = qg + kHg * kLq;                             // [32 heads][kLv]
-  float* st = reinterpret_cast<float*>(dog + kHg * kLv);  // [32 keys][32 heads] S^T
-  float* dpt = st + kKt * kLs2;                           // dP^T
-  bf16* pt = reinterpret_cast<bf16*>(dpt + kKt * kLs2);   // P^T
-  bf16* dst = pt + kKt * kLp2;                            // scale * dS^T
-  float* lse_s = reinterpret_cast<float*>(dst + kKt * kLp2);
-  float* d_s = lse_s + kHg;
-  int* sel_s = reinterpret_cast<int*>(d_s + kHg);
-  float* stage = reinterpret_cast<float*>(qg);  // [32][kLq] FP32 over qg, dog and st
-  const int t = blockIdx.x, b = blockIdx.y;
-  const int warp = threadIdx.x / 32, rb = warp / 4, cq = warp % 4;
-  const int32_t* sel = idx + (static_cast<int64_t>(b) * T + t) * K;
-  const int slots = num_slots(t, K);
-  constexpr int kCols = kDq / 16 / 4;  // 9
-  for (int slot0 = 0; slot0 < slots; slot0 += kKt) {
-    __syncthreads();
-    gather<kKt>(ks, sel_s, sel, slot0, slots, kv, b, T);
-    FragC acc[kCols];
-    for (auto& a : acc) wmma::fill_fragment(a, 0.f);
-    for (int h0 = 0; h0 < H; h0 += kHg) {
-      __syncthreads();
-      const int64_t row0 = (static_cast<int64_t>(b) * T + t) * H + h0;
-      copy_rows(qg, kLq, q + row0 * kDq, kHg, kDq);
-      copy_rows(dog, kLv, d_o + row0 * kLat, kHg, kLat);
-      if (threadIdx.x < kHg) {
-        lse_s[threadIdx.x] = lse[row0 + threadIdx.x];
-        d_s[threadIdx.x] = dsum[row0 + threadIdx.x];
-      }
-      __syncthreads();
-      {  // warps 0-3: S^T = K Q^T; warps 4-7: dP^T = V dO^T; 2 x 2 fragments of 32 keys x 32 heads
-        const int f = warp % 4, fr = f / 2, fc = f % 2;
-        FragC c;
-        if (warp < 4) {
-          mma_abt<kDq>(c, ks + fr * 16 * kLq, kLq, qg + fc * 16 * kLq, kLq);
-          wmma::store_matrix_sync(st + fr * 16 * kLs2 + fc * 16, c, kLs2, wmma::mem_row_major);
-        } else {
-          mma_abt<kLat>(c, ks + fr * 16 * kLq, kLq, dog + fc * 16 * kLv, kLv);
-          wmma::store_matrix_sync(dpt + fr * 16 * kLs2 + fc * 16, c, kLs2, wmma::mem_row_major);
-        }
-      }
-      __syncthreads();
-      for (int e = threadIdx.x; e < kKt * kHg; e += kThreads) {
-        const int j = e / kHg, i = e % kHg;
-        const float p = sel_s[j] >= 0 ? __expf(st[j * kLs2 + i] * scale - lse_s[i]) : 0.f;
-        pt[j * kLp2 + i] = __float2bfloat16_rn(p);
-        dst[j * kLp2 + i] = __float2bfloat16_rn(scale * p * (dpt[j * kLs2 + i] - d_s[i]));
-      }
-      __syncthreads();
-      for (int n = 0; n < kCols; ++n) {
-        const int col = cq * kCols + n;
-        mma_ab_acc<kHg>(acc[n], dst + rb * 16 * kLp2, kLp2, qg + col * 16, kLq);
-        if (col < kLat / 16) mma_ab_acc<kHg>(acc[n], pt + rb * 16 * kLp2, kLp2, dog + col * 16, kLv);
-      }
-    }
-    __syncthreads();  // qg, dog, st become the FP32 stage
-    for (int n = 0; n < kCols; ++n) {
-      wmma::store_matrix_sync(stage + rb * 16 * kDq + (cq * kCols + n) * 16, acc[n], kDq, wmma::mem_row_major);
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < kKt * kDq; e += kThreads) {
-      const int s = sel_s[e / kDq];
-      if (s >= 0) atomicAdd(&dkv[(static_cast<int64_t>(b) * T + s) * kDq + e % kDq], stage[e]);
-    }
   }
 }
 
@@ -535,37 +283,6 @@ void indexer_backward(const DsaIndexerShape& s, const bf16_bits* q, const bf16_b
   set_smem(indexer_dk_kernel, smem_k);
   indexer_dk_kernel<<<dim3((T + kIdxT - 1) / kIdxT, (Hi + 7) / 8, static_cast<unsigned>(s.batch)), kThreads, smem_k,
                       stream>>>(T, Hi, q, k, w, d_scores, dk);
-  MOESIM_LAUNCH_CHECK();
-}
-
-void sparse_forward(const DsaAttentionShape& s, const bf16_bits* q, const bf16_bits* kv, const int32_t* idx, float scale,
-                    bf16_bits* o, float* lse, cudaStream_t stream) {
-  const size_t smem = 2 * (kHg * kLq + 64 * kLq) + 4 * kHg * kLs + 2 * kHg * kLp + 4 * 64;
-  static_assert(2 * 64 * kLq >= 4 * kHg * kLat, "the output stage reuses the key tile");
-  set_smem(fwd_kernel, smem);
-  fwd_kernel<<<dim3(static_cast<unsigned>(s.seq), static_cast<unsigned>(s.heads / kHg), static_cast<unsigned>(s.batch)),
-               kThreads, smem, stream>>>(static_cast<int>(s.seq), static_cast<int>(s.heads), static_cast<int>(s.top_k),
-                                         q, kv, idx, scale, o, lse);
-  MOESIM_LAUNCH_CHECK();
-}
-
-void sparse_backward(const DsaAttentionShape& s, const bf16_bits* q, const bf16_bits* kv, const int32_t* idx,
-                     const float* lse, const float* dsum, const bf16_bits* d_o, float scale, float* dq, float* dkv,
-                     cudaStream_t stream) {
-  const int T = static_cast<int>(s.seq), H = static_cast<int>(s.heads), K = static_cast<int>(s.top_k);
-  const size_t smem_q =
-      2 * (kHg * kLq + kHg * kLv + 64 * kLq) + 4 * 2 * kHg * kLs + 2 * kHg * kLp + 4 * 2 * kHg + 4 * 64;
-  static_assert(2 * 64 * kLq >= 4 * kHg * kDq, "the dQ stage reuses the key tile");
-  set_smem(dq_kernel, smem_q);
-  dq_kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(H / kHg), static_cast<unsigned>(s.batch)), kThreads,
-              smem_q, stream>>>(T, H, K, q, kv, idx, lse, dsum, d_o, scale, dq);
-  MOESIM_LAUNCH_CHECK();
-  const size_t smem_kv =
-      2 * (32 * kLq + kHg * kLq + kHg * kLv) + 4 * 2 * 32 * kLs2 + 2 * 2 * 32 * kLp2 + 4 * 2 * kHg + 4 * 32;
-  static_assert(2 * (kHg * kLq + kHg * kLv) + 4 * 32 * kLs2 >= 4 * 32 * kDq, "the dKV stage reuses qg, dog and st");
-  set_smem(dkv_kernel, smem_kv);
-  dkv_kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(s.batch)), kThreads, smem_kv, stream>>>(
-      T, H, K, q, kv, idx, lse, dsum, d_o, scale, dkv);
   MOESIM_LAUNCH_CHECK();
 }
 

@@ -3,7 +3,7 @@
 // of __nv_bfloat16), in every launcher, kernel, reference and test, host and device alike. On the
 // host, float_to_bf16 / bf16_to_float convert with round-to-nearest-even as the GPU does; in
 // kernels, kernels_common.cuh's detail::to_f / detail::to_bf. __nv_bfloat16 itself appears only
-// where CUDA needs its type (the tensor-core tiles of the *_tc.cu attention kernels). No CUDA
+// where CUDA needs its type (the tensor-core tiles of the attention kernels). No CUDA
 // headers here: the CPU references build without them.
 #pragma once
 

@@ -110,6 +110,20 @@ std::vector<KernelTiming> time_kda(const KdaShape& s, const TimingOptions& opt) 
                      },
                      opt),
                  kda_backward_cost(s)});
+  KernelCost both = kda_forward_cost(s);
+  both.flops += kda_backward_cost(s).flops;
+  both.bytes += kda_backward_cost(s).bytes;
+  out.push_back({"kda_fwd_bwd", shape,
+                 median_ms([&](int rep) {
+                       auto& st = sets[rep % 2];
+                       kda_forward(s, st.q.data(), st.k.data(), st.v.data(), st.g.data(), st.beta.data(), scale,
+                                   o.data(), ws.data(), nullptr);
+                       kda_backward(s, st.q.data(), st.k.data(), st.v.data(), st.g.data(), st.beta.data(),
+                                    st.d_o.data(), scale, dq.data(), dk.data(), dv.data(), dg.data(), db.data(),
+                                    ws.data(), nullptr);
+                     },
+                     opt),
+                 both});
   return out;
 }
 

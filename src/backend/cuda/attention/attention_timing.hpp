@@ -27,7 +27,8 @@ struct TimingOptions {
   int repeats = 5;
 };
 
-// kda_forward, kda_backward.
+// kda_forward, kda_backward and kda_fwd_bwd (a forward then a backward per repeat, as a training step
+// runs them).
 std::vector<KernelTiming> time_kda(const KdaShape& s, const TimingOptions& opt = {});
 // mla_forward, mla_backward (tensor cores), then the same with suffix _simt.
 std::vector<KernelTiming> time_mla(const MlaShape& s, const TimingOptions& opt = {});

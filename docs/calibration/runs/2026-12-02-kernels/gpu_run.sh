@@ -12,19 +12,29 @@ OUT=${OUT:-/tmp/out}
 R=/tmp/results; rm -rf $R; mkdir -p $R $OUT
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader; } > $R/machine.txt 2>&1
 cat $R/machine.txt
+pack() { tar czf $OUT/results.tgz -C $R .; }  # after each phase: what is done comes back even if the call is cut
 summary() { grep -E '^\[doctest\] (test cases|assertions)' "$1" | tr -s ' ' | tr '\n' ' '; }
 
 for t in test_attention_dsa_gpu test_attention_kda_gpu test_attention_reference test_backend_op_kernels_gpu test_backend_executor_gpu; do
   timeout 300 "$B/$t" > "$R/$t.txt" 2>&1; echo "$t rc=$? $(summary "$R/$t.txt") $(grep -m1 -o 'MOESIM_TEST_SEED=[0-9]*' "$R/$t.txt")"
 done
 
+# The next KDA candidate (branch kda-chunked-next, its stripped test and bench carried apart), if carried.
+if [ -x gpubin-kda-next/test_attention_kda_gpu ]; then
+  timeout 120 gpubin-kda-next/test_attention_kda_gpu > $R/next_test_attention_kda_gpu.txt 2>&1
+  echo "kda-next test rc=$? $(summary $R/next_test_attention_kda_gpu.txt)"
+  timeout 120 gpubin-kda-next/attention_bench --only kda --out $R/next_bench_kda.md > /dev/null 2>&1; echo "kda-next bench rc=$?"
+  timeout 120 gpubin-kda-next/attention_bench --only kda --seq 32768 --out $R/next_bench_kda_32k.md > /dev/null 2>&1
+fi
+pack
 timeout 200 "$B/attention_bench" --only kda --out $R/bench_kda.md > $R/bench_kda.txt 2>&1; echo "bench kda rc=$?"
 timeout 200 "$B/attention_bench" --only kda --seq 32768 --out $R/bench_kda_32k.md > $R/bench_kda_32k.txt 2>&1; echo "bench kda 32k rc=$?"
 timeout 200 "$B/attention_bench" --only dsa --out $R/bench_dsa.md > $R/bench_dsa.txt 2>&1; echo "bench dsa rc=$?"
 # The public reference beside ours: flash-linear-attention's Triton chunk_kda (its source carried
 # in .fla; Triton compiles and autotunes on the first calls, inside the timeout).
-PYTHONPATH=.fla timeout 240 python3 bench/kda_reference.py --out $R/fla_kda.md > $R/fla_kda.txt 2>&1; echo "fla kda rc=$?"
-grep -hE "^\| (kda|dsa|mla|fla)" $R/bench_*.md $R/fla_kda.md
+PYTHONPATH=.fla timeout 150 python3 bench/kda_reference.py --out $R/fla_kda.md > $R/fla_kda.txt 2>&1; echo "fla kda rc=$?"
+grep -hE "^\| (kda|dsa|mla|fla)" $R/bench_*.md $R/next_bench_*.md $R/fla_kda.md
+pack
 
 timeout 300 "$B/moesim" calibrate --only attention --out $R/attention.json > $R/calibrate.txt 2>&1; echo "calibrate --only attention rc=$?"
 python3 - $R/attention.json hardware/calibration/h200.json <<'PY'
@@ -36,6 +46,7 @@ for kind, table in new.get("attention", {}).items():
 json.dump(cal, open(sys.argv[2], "w"), indent=1)
 PY
 cp hardware/calibration/h200.json $R/h200-spliced.json
+pack
 
 # Fusions the executor runs in both forms (docs/fusion.md): DSA's fused LI/SFA kernels against
 # its unfused stages, and the permute fused into the experts' up-projection against a permute op.
@@ -53,6 +64,7 @@ for s in k3-slice-1gpu k3-slice-1gpu-unfused-dsa qwen3-moe-slice-1gpu qwen3-moe-
   n=$(ls $R | grep -c "^validate-$s\.[0-9]*\.json$")
   timeout 200 "$B/moesim" validate scenarios/calibration/$s.json --json > $R/validate-$s.$n.json 2> $R/validate-$s.$n.err
   echo "validate $s #$n rc=$?"
+  pack
 done
 python3 - $R <<'PY'
 import glob, json, os, sys

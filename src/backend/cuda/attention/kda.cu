@@ -22,7 +22,7 @@ __device__ __forceinline__ int kref_offset(int I) { return kSub * I * (I + 1) / 
 constexpr int kKrefRows = kSub * 10;
 
 constexpr size_t kPrepSmemBytes = sizeof(float) * (kC * kLdKf + 2 * kC * kLdCf + kWarps * 256 + kC) +
-                                  sizeof(bf16) * (2 * kC * kLdK + kKrefRows * kLdK + 2 * kC * kLdK);
+                                  sizeof(bf16) * (3 * kC * kLdK + kKrefRows * kLdK + 2 * kC * kLdK);
 
 // One block per (chunk, head, batch). Decay-weighted products, e.g. Aqk_ij = sum_c q_ic k_jc
 // exp(G_ic - G_jc), run as GEMMs with the decay split at the first row a = 16 I of the query's
@@ -43,7 +43,8 @@ __global__ void __launch_bounds__(kThreads)
   float* bs = scratch + kWarps * 256;         // [C] beta
   bf16* qr = reinterpret_cast<bf16*>(bs + kC);  // [C][kLdK] q as given
   bf16* kr = qr + kC * kLdK;                  // [C][kLdK] k as given
-  bf16* kref = kr + kC * kLdK;                // [kKrefRows][kLdK] block I: k_j exp(G_a - G_j), j < 16 I + 16
+  bf16* vr = kr + kC * kLdK;                  // [C][kLdK] v as given
+  bf16* kref = vr + kC * kLdK;                // [kKrefRows][kLdK] block I: k_j exp(G_a - G_j), j < 16 I + 16
   bf16* qi = kref + kKrefRows * kLdK;         // [C][kLdK] scale q_i exp(G_i - G_a)
   bf16* ki = qi + kC * kLdK;                  // [C][kLdK] k_i exp(G_i - G_a)
   // Once the scores are done, over kref and qi:
@@ -60,10 +61,8 @@ __global__ void __launch_bounds__(kThreads)
 
   load_rows(qr, kLdK, q + tok0 * kDk, static_cast<int64_t>(H) * kDk, kC, valid, kDk);
   load_rows(kr, kLdK, k + tok0 * kDk, static_cast<int64_t>(H) * kDk, kC, valid, kDk);
-  for (int e = tid; e < kC * kDk; e += kThreads) {
-    const int i = e / kDk, c = e % kDk;
-    G[i * kLdKf + c] = i < valid ? g[(tok0 + static_cast<int64_t>(i) * H) * kDk + c] : 0.f;
-  }
+  load_rows(vr, kLdK, v + tok0 * dv, static_cast<int64_t>(H) * dv, kC, valid, dv);
+  load_rows(G, kLdKf, g + tok0 * kDk, static_cast<int64_t>(H) * kDk, kC, valid, kDk);
   if (tid < kC) bs[tid] = tid < valid ? beta[tok0 + static_cast<int64_t>(tid) * H] : 0.f;
   cumsum_rows(G);
 
@@ -124,7 +123,7 @@ __global__ void __launch_bounds__(kThreads)
     bgk[i * kLdK + c] = as_bf(bs[i] * kv * eg);
     ws.gq[(row0 + i) * kDk + c] = to_bf(scale * as_f(qr[i * kLdK + c]) * eg);
     ws.kg[(row0 + i) * kDk + c] = to_bf(kv * __expf(gl - gi));
-    if (c < dv) bv[i * kLdK + c] = as_bf(i < valid ? bs[i] * to_f(v[(tok0 + static_cast<int64_t>(i) * H) * dv + c]) : 0.f);
+    if (c < dv) bv[i * kLdK + c] = as_bf(bs[i] * as_f(vr[i * kLdK + c]));
   }
   for (int e = tid; e < kC * kC; e += kThreads) {
     const int i = e / kC, j = e % kC;
@@ -157,7 +156,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-constexpr size_t kStateSmemBytes = sizeof(float) * (kDk * kLdSf + kC * kLdSf + kDk) +
+constexpr size_t kStateSmemBytes = sizeof(float) * (kDk * kLdSf + 2 * kC * kLdSf + kDk) +
                                    sizeof(bf16) * (kDk * kLdS + 3 * kC * kLdK + kC * kLdC + kC * kLdS);
 
 // One block per (32 value columns, head, batch), chunks in sequence (columns of S evolve
@@ -173,7 +172,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ __align__(128) unsigned char smem[];
   float* sf = reinterpret_cast<float*>(smem);  // [dk][kLdSf] S
   float* df = sf + kDk * kLdSf;                // [C][kLdSf] W S, then O
-  float* lam = df + kC * kLdSf;                // [dk]
+  float* uf = df + kC * kLdSf;                 // [C][kLdSf] U
+  float* lam = uf + kC * kLdSf;                // [dk]
   bf16* sb = reinterpret_cast<bf16*>(lam + kDk);  // [dk][kLdS]
   bf16* wt = sb + kDk * kLdS;                  // [C][kLdK] W
   bf16* kgt = wt + kC * kLdK;                  // [C][kLdK] Kg
@@ -199,7 +199,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     } else {
       store_rows(states + (bh * nc + n) * kDk * dv + d0, dv, sb, kLdS, kDk, kSlice);
     }
+    load_rows(uf, kLdSf, ws.u + row0 * dv + d0, dv, kC, kC, kSlice);
     if (tid < kDk) lam[tid] = ws.lam[(bh * nc + n) * kDk + tid];
+    cp_async_wait_all();
     __syncthreads();
 
     float* dt = df + tm * 16 * kLdSf + tn * 16;
@@ -211,10 +213,9 @@ __global__ void __launch_bounds__(kThreads, 2)
       __syncwarp();
       for (int e = lane; e < 256; e += 32) {
         const int r = e / 16, cc = e % 16, i = tm * 16 + r, c = tn * 16 + cc;
-        float* u = &ws.u[(row0 + i) * dv + d0 + c];
-        const float d = *u - dt[r * kLdSf + cc];
+        const float d = uf[i * kLdSf + c] - dt[r * kLdSf + cc];
         db[i * kLdS + c] = as_bf(d);
-        if (!kForward) *u = d;
+        if (!kForward) ws.u[(row0 + i) * dv + d0 + c] = d;
       }
     }
     __syncthreads();

@@ -54,6 +54,7 @@ __global__ void __launch_bounds__(kThreads, 2)
               kC, valid, kSlice);
     store_rows(dstates + (bh * nc + n) * kDk * dv + d0, dv, sb, kLdS, kDk, kSlice);
     if (tid < kDk) lam[tid] = ws.lam[(bh * nc + n) * kDk + tid];
+    cp_async_wait_all();
     __syncthreads();
     {
       float* dt = df + tm * 16 * kLdSf + tn * 16;
@@ -130,17 +131,28 @@ __global__ void __launch_bounds__(kThreads)
   const int t0 = n * kC, valid = min(kC, T - t0);
   const int64_t bh = static_cast<int64_t>(bb) * H + h, cn = bh * nc + n;
   const int64_t row0 = cn * kC, tok0 = (static_cast<int64_t>(bb) * T + t0) * H + h;
-  for (int e = tid; e < kC * kDk; e += kThreads) {
-    const int i = e / kDk, c = e % kDk;
-    G[i * kLdKf + c] = i < valid ? g[(tok0 + static_cast<int64_t>(i) * H) * kDk + c] : 0.f;
-  }
-  if (tid < kC) bs[tid] = tid < valid ? beta[tok0 + static_cast<int64_t>(tid) * H] : 0.f;
+  load_rows(G, kLdKf, g + tok0 * kDk, static_cast<int64_t>(H) * kDk, kC, valid, kDk);
   load_rows(tb, kLdC, ws.tm + row0 * kC, kC, kC, kC, kC);
   load_rows(ddb, kLdK, dd + row0 * dv, dv, kC, kC, dv);
-  for (int e = tid; e < kC * dv; e += kThreads) db[(e / dv) * kLdK + e % dv] = as_bf(ws.u[row0 * dv + e]);
   load_rows(dob, kLdK, d_o + tok0 * dv, static_cast<int64_t>(H) * dv, kC, valid, dv);
   load_rows(sb, kLdK, states + cn * kDk * dv, dv, kDk, kDk, dv);
   load_rows(dsb, kLdK, dstates + cn * kDk * dv, dv, kDk, kDk, dv);
+  if (tid < kC) bs[tid] = tid < valid ? beta[tok0 + static_cast<int64_t>(tid) * H] : 0.f;
+  // D (FP32) in registers for dbeta: warp w holds rows w, w + 8, ..., lane l columns 4 l .. 4 l + 3;
+  // its BF16 copy goes to shared memory for the GEMMs.
+  const int c0 = 4 * lane;
+  float4 dreg[kC / kWarps];
+  for (int r = 0; r < kC / kWarps; ++r) {
+    const int i = warp + kWarps * r;
+    dreg[r] = c0 < dv ? *reinterpret_cast<const float4*>(&ws.u[(row0 + i) * dv + c0]) : make_float4(0, 0, 0, 0);
+  }
+  for (int r = 0; r < kC / kWarps && c0 < dv; ++r) {
+    bf16* d = db + (warp + kWarps * r) * kLdK + c0;
+    d[0] = as_bf(dreg[r].x);
+    d[1] = as_bf(dreg[r].y);
+    d[2] = as_bf(dreg[r].z);
+    d[3] = as_bf(dreg[r].w);
+  }
   cumsum_rows(G);
 
   const int nt_v = dv / 16;
@@ -152,14 +164,22 @@ __global__ void __launch_bounds__(kThreads)
     wmma::store_matrix_sync(yf + tm * 16 * kLdKf + tn * 16, acc, kLdKf, wmma::mem_row_major);
   }
   __syncthreads();
-  for (int i = warp; i < kC; i += kWarps) {
+  for (int r = 0; r < kC / kWarps; ++r) {
+    const int i = warp + kWarps * r;
     const float bt = bs[i];
     float part = 0.f;
-    for (int c = lane; c < dv; c += 32) {
-      const float y = yf[i * kLdKf + c];
-      part += y * ws.u[(row0 + i) * dv + c];  // D in FP32
-      drb[i * kLdK + c] = as_bf(bt * y);
-      if (i < valid) dvv[(tok0 + static_cast<int64_t>(i) * H) * dv + c] = bt * y;
+    if (c0 < dv) {
+      const float4 y = *reinterpret_cast<const float4*>(&yf[i * kLdKf + c0]);
+      part = y.x * dreg[r].x + y.y * dreg[r].y + y.z * dreg[r].z + y.w * dreg[r].w;
+      bf16* d = drb + i * kLdK + c0;
+      d[0] = as_bf(bt * y.x);
+      d[1] = as_bf(bt * y.y);
+      d[2] = as_bf(bt * y.z);
+      d[3] = as_bf(bt * y.w);
+      if (i < valid) {
+        *reinterpret_cast<float4*>(&dvv[(tok0 + static_cast<int64_t>(i) * H) * dv + c0]) =
+            make_float4(bt * y.x, bt * y.y, bt * y.z, bt * y.w);
+      }
     }
     part = warp_sum(part);
     if (i < valid && lane == 0) dbeta[tok0 + static_cast<int64_t>(i) * H] = part / bt;
@@ -251,15 +271,11 @@ __global__ void __launch_bounds__(kThreads)
   load_rows(kr, kLdK, k + tok0 * kDk, static_cast<int64_t>(H) * kDk, kC, valid, kDk);
   load_rows(dab, kLdC, ws.tm + row0 * kC, kC, kC, kC, kC);
   load_rows(daqb, kLdC, ws.aqk + row0 * kC, kC, kC, kC, kC);
-  for (int e = tid; e < kC * kDk; e += kThreads) {
-    const int i = e / kDk, c = e % kDk;
-    const int64_t x = (tok0 + static_cast<int64_t>(i) * H) * kDk + c;
-    const bool in = i < valid;
-    G[i * kLdKf + c] = in ? g[x] : 0.f;
-    aq[i * kLdA + c] = in ? dq[x] : 0.f;
-    ap[i * kLdA + c] = in ? dk[x] : 0.f;
-    an[i * kLdA + c] = in ? dg[x] : 0.f;
-  }
+  const int64_t tok_ld = static_cast<int64_t>(H) * kDk;
+  load_rows(G, kLdKf, g + tok0 * kDk, tok_ld, kC, valid, kDk);
+  load_rows(aq, kLdA, dq + tok0 * kDk, tok_ld, kC, valid, kDk);
+  load_rows(ap, kLdA, dk + tok0 * kDk, tok_ld, kC, valid, kDk);
+  load_rows(an, kLdA, dg + tok0 * kDk, tok_ld, kC, valid, kDk);
   cumsum_rows(G);
   if (tid < kDk) {  // N holds exp(G_last - G) dKg so far: sum_i Kg_i dKg_i = sum_i k_i N_i
     float s = dgl[cn * kDk + tid];

@@ -165,6 +165,9 @@ constexpr size_t kStateSmemBytes = sizeof(float) * (kDk * kLdSf + 2 * kC * kLdSf
 //   D = U - W S;  O = (Gamma Q) S + Aqk D;  S <- Diag(exp(G_last)) S + Kg^T D.
 // Warp w owns the D and O tile (w / 2, w % 2) and the S tiles (j / 2, j % 2), j = w, w + 8.
 // kForward writes O; otherwise the state entering each chunk goes to `states` and D over U.
+// Each phase's tiles are fetched (cp.async) while the phases before it compute: A = {W, U} for
+// D, B = {Gamma Q, Aqk} for O, C = {Kg, exp(G_last)} for the update; A and B of chunk n + 1 are
+// issued as soon as chunk n's D and O phases are done with their buffers, C at the chunk's start.
 template <bool kForward>
 __global__ void __launch_bounds__(kThreads, 2)
     kda_state_kernel(int T, int H, int dv, int nc, ChunkWs ws, bf16_bits* __restrict__ o,
@@ -183,25 +186,37 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int h = blockIdx.y, bb = blockIdx.z, d0 = blockIdx.x * kSlice;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int64_t bh = static_cast<int64_t>(bb) * H + h;
+  auto load_a = [&](int n) {
+    const int64_t r0 = (bh * nc + n) * kC;
+    load_rows(wt, kLdK, ws.w + r0 * kDk, kDk, kC, kC, kDk);
+    load_rows(uf, kLdSf, ws.u + r0 * dv + d0, dv, kC, kC, kSlice);
+  };
+  auto load_b = [&](int n) {
+    const int64_t r0 = (bh * nc + n) * kC;
+    load_rows(gqt, kLdK, ws.gq + r0 * kDk, kDk, kC, kC, kDk);
+    load_rows(aqt, kLdC, ws.aqk + r0 * kC, kC, kC, kC, kC);
+  };
+  auto load_c = [&](int n) {
+    const int64_t r0 = (bh * nc + n) * kC;
+    load_rows(kgt, kLdK, ws.kg + r0 * kDk, kDk, kC, kC, kDk);
+    load_rows(lam, kDk, ws.lam + (bh * nc + n) * kDk, kDk, 1, 1, kDk);
+  };
   for (int e = tid; e < kDk * kSlice; e += kThreads) {
     sf[(e / kSlice) * kLdSf + e % kSlice] = 0.f;
     sb[(e / kSlice) * kLdS + e % kSlice] = as_bf(0.f);
   }
+  load_a(0);
+  cp_async_commit();
+  if (kForward) load_b(0);
+  cp_async_commit();  // (empty without the O phase: the group counts below stay the same)
   const int tm = warp / 2, tn = warp % 2;
   for (int n = 0; n < nc; ++n) {
     const int64_t row0 = (bh * nc + n) * kC;
-    __syncthreads();  // the previous chunk's tiles and S are no longer read
-    load_rows(wt, kLdK, ws.w + row0 * kDk, kDk, kC, kC, kDk);
-    load_rows(kgt, kLdK, ws.kg + row0 * kDk, kDk, kC, kC, kDk);
-    if (kForward) {
-      load_rows(gqt, kLdK, ws.gq + row0 * kDk, kDk, kC, kC, kDk);
-      load_rows(aqt, kLdC, ws.aqk + row0 * kC, kC, kC, kC, kC);
-    } else {
-      store_rows(states + (bh * nc + n) * kDk * dv + d0, dv, sb, kLdS, kDk, kSlice);
-    }
-    load_rows(uf, kLdSf, ws.u + row0 * dv + d0, dv, kC, kC, kSlice);
-    if (tid < kDk) lam[tid] = ws.lam[(bh * nc + n) * kDk + tid];
-    cp_async_wait_all();
+    __syncthreads();  // the previous update is done: Kg, exp(G_last) and S are free
+    if (!kForward) store_rows(states + (bh * nc + n) * kDk * dv + d0, dv, sb, kLdS, kDk, kSlice);
+    load_c(n);
+    cp_async_commit();
+    cp_async_wait<2>();  // A (B and C may still be in flight)
     __syncthreads();
 
     float* dt = df + tm * 16 * kLdSf + tn * 16;
@@ -218,7 +233,10 @@ __global__ void __launch_bounds__(kThreads, 2)
         if (!kForward) ws.u[(row0 + i) * dv + d0 + c] = d;
       }
     }
-    __syncthreads();
+    cp_async_wait<1>();  // B
+    __syncthreads();     // D is complete; W and U are free
+    if (n + 1 < nc) load_a(n + 1);
+    cp_async_commit();
     if (kForward) {
       FragC acc;
       wmma::fill_fragment(acc, 0.f);
@@ -230,8 +248,11 @@ __global__ void __launch_bounds__(kThreads, 2)
         const int r = e / 16, cc = e % 16, t = n * kC + tm * 16 + r;
         if (t < T) o[((static_cast<int64_t>(bb) * T + t) * H + h) * dv + d0 + tn * 16 + cc] = to_bf(dt[r * kLdSf + cc]);
       }
-      __syncthreads();  // every warp has read S before it is updated
     }
+    cp_async_wait<1>();  // C (the next A may still be in flight)
+    __syncthreads();     // every warp has read S (and Gamma Q, Aqk) before the update
+    if (kForward && n + 1 < nc) load_b(n + 1);
+    cp_async_commit();
     for (int job = warp; job < 16; job += kWarps) {
       const int sm = job / 2, sn = job % 2;
       float* st = sf + sm * 16 * kLdSf + sn * 16;

@@ -14,12 +14,15 @@ using detail::to_bf;
 using detail::warp_sum;
 
 constexpr size_t kDstateSmemBytes = sizeof(float) * (kDk * kLdSf + kC * kLdSf + kDk) +
-                                    sizeof(bf16) * (kDk * kLdS + 3 * kC * kLdK + kC * kLdC + 2 * kC * kLdS);
+                                    sizeof(bf16) * (kDk * kLdS + 3 * kC * kLdK + kC * kLdC + 3 * kC * kLdS);
 
 // One block per (32 value columns, head, batch), chunks in reverse. With dS the gradient of the
 // state leaving chunk n (zero after the last):
 //   dD = Aqk^T dO + Kg dS;  dS <- Diag(exp(G_last)) dS + (Gamma Q)^T dO - W^T dD.
 // Writes dS (BF16) per chunk to dstates [bh * nc][dk][dv] and dD to dd [rows][dv].
+// Tiles are fetched (cp.async) while the phase before them computes: A = {Aqk, Kg, dO} for dD,
+// issued once the previous chunk's dD phase is done (dO into the other of two buffers: the dS
+// phase still reads it), B = {Gamma Q, W, exp(G_last)} for dS, issued at the chunk's start.
 __global__ void __launch_bounds__(kThreads, 2)
     kda_dstate_kernel(int T, int H, int dv, int nc, ChunkWs ws, const bf16_bits* __restrict__ d_o,
                       bf16_bits* __restrict__ dstates, bf16_bits* __restrict__ dd) {
@@ -33,28 +36,39 @@ __global__ void __launch_bounds__(kThreads, 2)
   bf16* gqt = kgt + kC * kLdK;                 // [C][kLdK] Gamma Q
   bf16* aqt = gqt + kC * kLdK;                 // [C][kLdC] Aqk
   bf16* ndb = aqt + kC * kLdC;                 // [C][kLdS] -dD
-  bf16* dob = ndb + kC * kLdS;                 // [C][kLdS] dO
+  bf16* dobuf = ndb + kC * kLdS;               // [2][C][kLdS] dO of chunk n in buffer n % 2
   const int h = blockIdx.y, bb = blockIdx.z, d0 = blockIdx.x * kSlice;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int64_t bh = static_cast<int64_t>(bb) * H + h;
+  auto load_a = [&](int n) {
+    const int64_t r0 = (bh * nc + n) * kC;
+    const int t0 = n * kC;
+    load_rows(aqt, kLdC, ws.aqk + r0 * kC, kC, kC, kC, kC);
+    load_rows(kgt, kLdK, ws.kg + r0 * kDk, kDk, kC, kC, kDk);
+    load_rows(dobuf + (n % 2) * kC * kLdS, kLdS, d_o + ((static_cast<int64_t>(bb) * T + t0) * H + h) * dv + d0,
+              static_cast<int64_t>(H) * dv, kC, min(kC, T - t0), kSlice);
+  };
+  auto load_b = [&](int n) {
+    const int64_t r0 = (bh * nc + n) * kC;
+    load_rows(gqt, kLdK, ws.gq + r0 * kDk, kDk, kC, kC, kDk);
+    load_rows(wt, kLdK, ws.w + r0 * kDk, kDk, kC, kC, kDk);
+    load_rows(lam, kDk, ws.lam + (bh * nc + n) * kDk, kDk, 1, 1, kDk);
+  };
   for (int e = tid; e < kDk * kSlice; e += kThreads) {
     sf[(e / kSlice) * kLdSf + e % kSlice] = 0.f;
     sb[(e / kSlice) * kLdS + e % kSlice] = as_bf(0.f);
   }
+  load_a(nc - 1);
+  cp_async_commit();
   const int tm = warp / 2, tn = warp % 2;
   for (int n = nc - 1; n >= 0; --n) {
     const int64_t row0 = (bh * nc + n) * kC;
-    const int t0 = n * kC, valid = min(kC, T - t0);
-    __syncthreads();
-    load_rows(wt, kLdK, ws.w + row0 * kDk, kDk, kC, kC, kDk);
-    load_rows(kgt, kLdK, ws.kg + row0 * kDk, kDk, kC, kC, kDk);
-    load_rows(gqt, kLdK, ws.gq + row0 * kDk, kDk, kC, kC, kDk);
-    load_rows(aqt, kLdC, ws.aqk + row0 * kC, kC, kC, kC, kC);
-    load_rows(dob, kLdS, d_o + ((static_cast<int64_t>(bb) * T + t0) * H + h) * dv + d0, static_cast<int64_t>(H) * dv,
-              kC, valid, kSlice);
+    const bf16* dob = dobuf + (n % 2) * kC * kLdS;
+    __syncthreads();  // the previous dS phase is done: Gamma Q, W, exp(G_last) and dS are free
     store_rows(dstates + (bh * nc + n) * kDk * dv + d0, dv, sb, kLdS, kDk, kSlice);
-    if (tid < kDk) lam[tid] = ws.lam[(bh * nc + n) * kDk + tid];
-    cp_async_wait_all();
+    load_b(n);
+    cp_async_commit();
+    cp_async_wait<1>();  // A (B may still be in flight)
     __syncthreads();
     {
       float* dt = df + tm * 16 * kLdSf + tn * 16;
@@ -71,7 +85,10 @@ __global__ void __launch_bounds__(kThreads, 2)
         dd[(row0 + i) * dv + d0 + c] = to_bf(x);
       }
     }
-    __syncthreads();
+    cp_async_wait<0>();  // B
+    __syncthreads();     // dD is complete; Aqk, Kg and the other dO buffer are free
+    if (n > 0) load_a(n - 1);
+    cp_async_commit();
     for (int job = warp; job < 16; job += kWarps) {
       const int sm = job / 2, sn = job % 2;
       float* st = sf + sm * 16 * kLdSf + sn * 16;

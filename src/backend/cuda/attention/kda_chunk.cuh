@@ -92,10 +92,22 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
   *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
 #endif
 }
-__device__ __forceinline__ void cp_async_wait_all() {
+// Groups: commit closes the copies issued since the last commit into a group (possibly empty);
+// wait<N> returns once at most the N most recent groups are pending.
+__device__ __forceinline__ void cp_async_commit() {
 #ifdef __CUDA_ARCH__
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
 #endif
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  cp_async_commit();
+  cp_async_wait<0>();
 }
 
 // Rows 0..num_rows-1 of `row_bytes` (a multiple of 16) from src (row stride src_ld bytes) into

@@ -99,22 +99,49 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
 
-  // UT transform: T = (I + Diag(beta) Akk)^-1 by forward substitution in FP32,
-  //   T_i = e_i - beta_i sum_{j < i} Akk_ij T_j.
-  // Thread (c, part) sums every fourth j for column c; a column's 4 threads share a warp, so the
-  // rows written need only a warp barrier.
+  // UT transform T = L^-1, L = I + Diag(beta) Akk (unit lower triangular), in FP32 by blocks of
+  // 16 (as FLA's solve_tril): the four diagonal blocks by forward substitution at once,
+  //   T_i = e_i - beta_i sum_{j < i} Akk_ij T_j  (within the block),
+  // then the blocks below the diagonal, one distance d = I - J at a time (they need d' < d),
+  //   T_IJ = -T_II X_IJ,  X_IJ = sum_{K = J}^{I - 1} Diag(beta_I) Akk_IK T_KJ.
+  // A 16-step chain instead of a 64-step one. Blocks above the diagonal are zero.
+  for (int e = tid; e < kC * kC; e += kThreads) {
+    const int i = e / kC, j = e % kC;
+    if (j / kSub > i / kSub) tf[i * kLdCf + j] = 0.f;
+  }
   {
-    const int c = tid / 4, part = tid % 4;
-    for (int i = 0; i < kC; ++i) {
-      float s = 0.f;
-      for (int j = c + part; j < i; j += 4) s += akk[i * kLdCf + j] * tf[j * kLdCf + c];
-      s += __shfl_xor_sync(0xffffffffu, s, 1);
-      s += __shfl_xor_sync(0xffffffffu, s, 2);
-      if (part == 0) tf[i * kLdCf + c] = (i == c ? 1.f : 0.f) - bs[i] * s;
+    // Thread (block, column c, part): a column's 4 threads share a warp, so the rows written need
+    // only a warp barrier.
+    const int blk = tid / 64, c = (tid % 64) / 4, part = tid % 4, base = kSub * blk;
+    for (int ii = 0; ii < kSub; ++ii) {
+      const int i = base + ii;
+      float sum = 0.f;
+      for (int jj = c + part; jj < ii; jj += 4) sum += akk[i * kLdCf + base + jj] * tf[(base + jj) * kLdCf + base + c];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      if (part == 0) tf[i * kLdCf + base + c] = (ii == c ? 1.f : 0.f) - bs[i] * sum;
       __syncwarp();
     }
   }
   __syncthreads();
+  float* xb = scratch;  // [up to 3 blocks][16][16]
+  for (int d = 1; d < 4; ++d) {
+    const int num_blocks = 4 - d;  // (I, J) = (J + d, J), J = 0 .. 3 - d
+    for (int e = tid; e < num_blocks * 256; e += kThreads) {
+      const int J = e / 256, I = J + d, r = (e % 256) / 16, cc = e % 16, i = kSub * I + r;
+      float x = 0.f;
+      for (int kk = kSub * J; kk < kSub * I; ++kk) x += akk[i * kLdCf + kk] * tf[kk * kLdCf + kSub * J + cc];
+      xb[e] = bs[i] * x;
+    }
+    __syncthreads();
+    for (int e = tid; e < num_blocks * 256; e += kThreads) {
+      const int J = e / 256, I = J + d, r = (e % 256) / 16, cc = e % 16, i = kSub * I + r;
+      float t = 0.f;
+      for (int kk = 0; kk < kSub; ++kk) t += tf[i * kLdCf + kSub * I + kk] * xb[J * 256 + kk * 16 + cc];
+      tf[i * kLdCf + kSub * J + cc] = -t;
+    }
+    __syncthreads();
+  }
 
   for (int e = tid; e < kC * kDk; e += kThreads) {
     const int i = e / kDk, c = e % kDk;

@@ -22,7 +22,7 @@ __device__ __forceinline__ int kref_offset(int I) { return kSub * I * (I + 1) / 
 constexpr int kKrefRows = kSub * 10;
 
 constexpr size_t kPrepSmemBytes = sizeof(float) * (kC * kLdKf + 2 * kC * kLdCf + kWarps * 256 + kC) +
-                                  sizeof(bf16) * (2 * kC * kLdK + kKrefRows * kLdK + 2 * kC * kLdK);
+                                  sizeof(bf16) * (3 * kC * kLdK + kKrefRows * kLdK + 2 * kC * kLdK);
 
 // One block per (chunk, head, batch). Decay-weighted products, e.g. Aqk_ij = sum_c q_ic k_jc
 // exp(G_ic - G_jc), run as GEMMs with the decay split at the first row a = 16 I of the query's
@@ -43,7 +43,8 @@ __global__ void __launch_bounds__(kThreads)
   float* bs = scratch + kWarps * 256;         // [C] beta
   bf16* qr = reinterpret_cast<bf16*>(bs + kC);  // [C][kLdK] q as given
   bf16* kr = qr + kC * kLdK;                  // [C][kLdK] k as given
-  bf16* kref = kr + kC * kLdK;                // [kKrefRows][kLdK] block I: k_j exp(G_a - G_j), j < 16 I + 16
+  bf16* vr = kr + kC * kLdK;                  // [C][kLdK] v as given
+  bf16* kref = vr + kC * kLdK;                // [kKrefRows][kLdK] block I: k_j exp(G_a - G_j), j < 16 I + 16
   bf16* qi = kref + kKrefRows * kLdK;         // [C][kLdK] scale q_i exp(G_i - G_a)
   bf16* ki = qi + kC * kLdK;                  // [C][kLdK] k_i exp(G_i - G_a)
   // Once the scores are done, over kref and qi:
@@ -60,10 +61,8 @@ __global__ void __launch_bounds__(kThreads)
 
   load_rows(qr, kLdK, q + tok0 * kDk, static_cast<int64_t>(H) * kDk, kC, valid, kDk);
   load_rows(kr, kLdK, k + tok0 * kDk, static_cast<int64_t>(H) * kDk, kC, valid, kDk);
-  for (int e = tid; e < kC * kDk; e += kThreads) {
-    const int i = e / kDk, c = e % kDk;
-    G[i * kLdKf + c] = i < valid ? g[(tok0 + static_cast<int64_t>(i) * H) * kDk + c] : 0.f;
-  }
+  load_rows(vr, kLdK, v + tok0 * dv, static_cast<int64_t>(H) * dv, kC, valid, dv);
+  load_rows(G, kLdKf, g + tok0 * kDk, static_cast<int64_t>(H) * kDk, kC, valid, kDk);
   if (tid < kC) bs[tid] = tid < valid ? beta[tok0 + static_cast<int64_t>(tid) * H] : 0.f;
   cumsum_rows(G);
 
@@ -100,22 +99,49 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
 
-  // UT transform: T = (I + Diag(beta) Akk)^-1 by forward substitution in FP32,
-  //   T_i = e_i - beta_i sum_{j < i} Akk_ij T_j.
-  // Thread (c, part) sums every fourth j for column c; a column's 4 threads share a warp, so the
-  // rows written need only a warp barrier.
+  // UT transform T = L^-1, L = I + Diag(beta) Akk (unit lower triangular), in FP32 by blocks of
+  // 16 (as FLA's solve_tril): the four diagonal blocks by forward substitution at once,
+  //   T_i = e_i - beta_i sum_{j < i} Akk_ij T_j  (within the block),
+  // then the blocks below the diagonal, one distance d = I - J at a time (they need d' < d),
+  //   T_IJ = -T_II X_IJ,  X_IJ = sum_{K = J}^{I - 1} Diag(beta_I) Akk_IK T_KJ.
+  // A 16-step chain instead of a 64-step one. Blocks above the diagonal are zero.
+  for (int e = tid; e < kC * kC; e += kThreads) {
+    const int i = e / kC, j = e % kC;
+    if (j / kSub > i / kSub) tf[i * kLdCf + j] = 0.f;
+  }
   {
-    const int c = tid / 4, part = tid % 4;
-    for (int i = 0; i < kC; ++i) {
-      float s = 0.f;
-      for (int j = c + part; j < i; j += 4) s += akk[i * kLdCf + j] * tf[j * kLdCf + c];
-      s += __shfl_xor_sync(0xffffffffu, s, 1);
-      s += __shfl_xor_sync(0xffffffffu, s, 2);
-      if (part == 0) tf[i * kLdCf + c] = (i == c ? 1.f : 0.f) - bs[i] * s;
+    // Thread (block, column c, part): a column's 4 threads share a warp, so the rows written need
+    // only a warp barrier.
+    const int blk = tid / 64, c = (tid % 64) / 4, part = tid % 4, base = kSub * blk;
+    for (int ii = 0; ii < kSub; ++ii) {
+      const int i = base + ii;
+      float sum = 0.f;
+      for (int jj = c + part; jj < ii; jj += 4) sum += akk[i * kLdCf + base + jj] * tf[(base + jj) * kLdCf + base + c];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      if (part == 0) tf[i * kLdCf + base + c] = (ii == c ? 1.f : 0.f) - bs[i] * sum;
       __syncwarp();
     }
   }
   __syncthreads();
+  float* xb = scratch;  // [up to 3 blocks][16][16]
+  for (int d = 1; d < 4; ++d) {
+    const int num_blocks = 4 - d;  // (I, J) = (J + d, J), J = 0 .. 3 - d
+    for (int e = tid; e < num_blocks * 256; e += kThreads) {
+      const int J = e / 256, I = J + d, r = (e % 256) / 16, cc = e % 16, i = kSub * I + r;
+      float x = 0.f;
+      for (int kk = kSub * J; kk < kSub * I; ++kk) x += akk[i * kLdCf + kk] * tf[kk * kLdCf + kSub * J + cc];
+      xb[e] = bs[i] * x;
+    }
+    __syncthreads();
+    for (int e = tid; e < num_blocks * 256; e += kThreads) {
+      const int J = e / 256, I = J + d, r = (e % 256) / 16, cc = e % 16, i = kSub * I + r;
+      float t = 0.f;
+      for (int kk = 0; kk < kSub; ++kk) t += tf[i * kLdCf + kSub * I + kk] * xb[J * 256 + kk * 16 + cc];
+      tf[i * kLdCf + kSub * J + cc] = -t;
+    }
+    __syncthreads();
+  }
 
   for (int e = tid; e < kC * kDk; e += kThreads) {
     const int i = e / kDk, c = e % kDk;
@@ -124,7 +150,7 @@ __global__ void __launch_bounds__(kThreads)
     bgk[i * kLdK + c] = as_bf(bs[i] * kv * eg);
     ws.gq[(row0 + i) * kDk + c] = to_bf(scale * as_f(qr[i * kLdK + c]) * eg);
     ws.kg[(row0 + i) * kDk + c] = to_bf(kv * __expf(gl - gi));
-    if (c < dv) bv[i * kLdK + c] = as_bf(i < valid ? bs[i] * to_f(v[(tok0 + static_cast<int64_t>(i) * H) * dv + c]) : 0.f);
+    if (c < dv) bv[i * kLdK + c] = as_bf(bs[i] * as_f(vr[i * kLdK + c]));
   }
   for (int e = tid; e < kC * kC; e += kThreads) {
     const int i = e / kC, j = e % kC;
@@ -157,7 +183,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-constexpr size_t kStateSmemBytes = sizeof(float) * (kDk * kLdSf + kC * kLdSf + kDk) +
+constexpr size_t kStateSmemBytes = sizeof(float) * (kDk * kLdSf + 2 * kC * kLdSf + kDk) +
                                    sizeof(bf16) * (kDk * kLdS + 3 * kC * kLdK + kC * kLdC + kC * kLdS);
 
 // One block per (32 value columns, head, batch), chunks in sequence (columns of S evolve
@@ -166,6 +192,9 @@ constexpr size_t kStateSmemBytes = sizeof(float) * (kDk * kLdSf + kC * kLdSf + k
 //   D = U - W S;  O = (Gamma Q) S + Aqk D;  S <- Diag(exp(G_last)) S + Kg^T D.
 // Warp w owns the D and O tile (w / 2, w % 2) and the S tiles (j / 2, j % 2), j = w, w + 8.
 // kForward writes O; otherwise the state entering each chunk goes to `states` and D over U.
+// Each phase's tiles are fetched (cp.async) while the phases before it compute: A = {W, U} for
+// D, B = {Gamma Q, Aqk} for O, C = {Kg, exp(G_last)} for the update; A and B of chunk n + 1 are
+// issued as soon as chunk n's D and O phases are done with their buffers, C at the chunk's start.
 template <bool kForward>
 __global__ void __launch_bounds__(kThreads, 2)
     kda_state_kernel(int T, int H, int dv, int nc, ChunkWs ws, bf16_bits* __restrict__ o,
@@ -173,7 +202,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ __align__(128) unsigned char smem[];
   float* sf = reinterpret_cast<float*>(smem);  // [dk][kLdSf] S
   float* df = sf + kDk * kLdSf;                // [C][kLdSf] W S, then O
-  float* lam = df + kC * kLdSf;                // [dk]
+  float* uf = df + kC * kLdSf;                 // [C][kLdSf] U
+  float* lam = uf + kC * kLdSf;                // [dk]
   bf16* sb = reinterpret_cast<bf16*>(lam + kDk);  // [dk][kLdS]
   bf16* wt = sb + kDk * kLdS;                  // [C][kLdK] W
   bf16* kgt = wt + kC * kLdK;                  // [C][kLdK] Kg
@@ -183,23 +213,37 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int h = blockIdx.y, bb = blockIdx.z, d0 = blockIdx.x * kSlice;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int64_t bh = static_cast<int64_t>(bb) * H + h;
+  auto load_a = [&](int n) {
+    const int64_t r0 = (bh * nc + n) * kC;
+    load_rows(wt, kLdK, ws.w + r0 * kDk, kDk, kC, kC, kDk);
+    load_rows(uf, kLdSf, ws.u + r0 * dv + d0, dv, kC, kC, kSlice);
+  };
+  auto load_b = [&](int n) {
+    const int64_t r0 = (bh * nc + n) * kC;
+    load_rows(gqt, kLdK, ws.gq + r0 * kDk, kDk, kC, kC, kDk);
+    load_rows(aqt, kLdC, ws.aqk + r0 * kC, kC, kC, kC, kC);
+  };
+  auto load_c = [&](int n) {
+    const int64_t r0 = (bh * nc + n) * kC;
+    load_rows(kgt, kLdK, ws.kg + r0 * kDk, kDk, kC, kC, kDk);
+    load_rows(lam, kDk, ws.lam + (bh * nc + n) * kDk, kDk, 1, 1, kDk);
+  };
   for (int e = tid; e < kDk * kSlice; e += kThreads) {
     sf[(e / kSlice) * kLdSf + e % kSlice] = 0.f;
     sb[(e / kSlice) * kLdS + e % kSlice] = as_bf(0.f);
   }
+  load_a(0);
+  cp_async_commit();
+  if (kForward) load_b(0);
+  cp_async_commit();  // (empty without the O phase: the group counts below stay the same)
   const int tm = warp / 2, tn = warp % 2;
   for (int n = 0; n < nc; ++n) {
     const int64_t row0 = (bh * nc + n) * kC;
-    __syncthreads();  // the previous chunk's tiles and S are no longer read
-    load_rows(wt, kLdK, ws.w + row0 * kDk, kDk, kC, kC, kDk);
-    load_rows(kgt, kLdK, ws.kg + row0 * kDk, kDk, kC, kC, kDk);
-    if (kForward) {
-      load_rows(gqt, kLdK, ws.gq + row0 * kDk, kDk, kC, kC, kDk);
-      load_rows(aqt, kLdC, ws.aqk + row0 * kC, kC, kC, kC, kC);
-    } else {
-      store_rows(states + (bh * nc + n) * kDk * dv + d0, dv, sb, kLdS, kDk, kSlice);
-    }
-    if (tid < kDk) lam[tid] = ws.lam[(bh * nc + n) * kDk + tid];
+    __syncthreads();  // the previous update is done: Kg, exp(G_last) and S are free
+    if (!kForward) store_rows(states + (bh * nc + n) * kDk * dv + d0, dv, sb, kLdS, kDk, kSlice);
+    load_c(n);
+    cp_async_commit();
+    cp_async_wait<2>();  // A (B and C may still be in flight)
     __syncthreads();
 
     float* dt = df + tm * 16 * kLdSf + tn * 16;
@@ -211,13 +255,15 @@ __global__ void __launch_bounds__(kThreads, 2)
       __syncwarp();
       for (int e = lane; e < 256; e += 32) {
         const int r = e / 16, cc = e % 16, i = tm * 16 + r, c = tn * 16 + cc;
-        float* u = &ws.u[(row0 + i) * dv + d0 + c];
-        const float d = *u - dt[r * kLdSf + cc];
+        const float d = uf[i * kLdSf + c] - dt[r * kLdSf + cc];
         db[i * kLdS + c] = as_bf(d);
-        if (!kForward) *u = d;
+        if (!kForward) ws.u[(row0 + i) * dv + d0 + c] = d;
       }
     }
-    __syncthreads();
+    cp_async_wait<1>();  // B
+    __syncthreads();     // D is complete; W and U are free
+    if (n + 1 < nc) load_a(n + 1);
+    cp_async_commit();
     if (kForward) {
       FragC acc;
       wmma::fill_fragment(acc, 0.f);
@@ -229,8 +275,11 @@ __global__ void __launch_bounds__(kThreads, 2)
         const int r = e / 16, cc = e % 16, t = n * kC + tm * 16 + r;
         if (t < T) o[((static_cast<int64_t>(bb) * T + t) * H + h) * dv + d0 + tn * 16 + cc] = to_bf(dt[r * kLdSf + cc]);
       }
-      __syncthreads();  // every warp has read S before it is updated
     }
+    cp_async_wait<1>();  // C (the next A may still be in flight)
+    __syncthreads();     // every warp has read S (and Gamma Q, Aqk) before the update
+    if (kForward && n + 1 < nc) load_b(n + 1);
+    cp_async_commit();
     for (int job = warp; job < 16; job += kWarps) {
       const int sm = job / 2, sn = job % 2;
       float* st = sf + sm * 16 * kLdSf + sn * 16;

@@ -22,7 +22,7 @@
 // decay-weighted ones split exp(G_i - G_j) at the first row of the query's 16-token sub-chunk
 // (the last row of the key's, for key-side sums) so that neither factor overflows. Kernels
 // (kda.cu, kda_backward.cu; kda_chunk.cuh holds what they share):
-//   prep    per chunk:  Aqk, Akk, T (forward substitution in FP32), W, U, Gamma Q, Kg, exp(G_last);
+//   prep    per chunk:  Aqk, Akk, T (by 16 x 16 blocks in FP32), W, U, Gamma Q, Kg, exp(G_last);
 //   state   across chunks, per 32 value columns (columns of S evolve independently): D, O, S;
 //   dstate  the same in reverse: dD = Aqk^T dO + Kg dS, dS <- Diag(exp(G_last)) dS + (Gamma Q)^T dO - W^T dD;
 //   grad1   per chunk:  dv, dbeta, dAkk, dAqk and the state-side gradient terms;

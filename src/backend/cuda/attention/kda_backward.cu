@@ -14,12 +14,15 @@ using detail::to_bf;
 using detail::warp_sum;
 
 constexpr size_t kDstateSmemBytes = sizeof(float) * (kDk * kLdSf + kC * kLdSf + kDk) +
-                                    sizeof(bf16) * (kDk * kLdS + 3 * kC * kLdK + kC * kLdC + 2 * kC * kLdS);
+                                    sizeof(bf16) * (kDk * kLdS + 3 * kC * kLdK + kC * kLdC + 3 * kC * kLdS);
 
 // One block per (32 value columns, head, batch), chunks in reverse. With dS the gradient of the
 // state leaving chunk n (zero after the last):
 //   dD = Aqk^T dO + Kg dS;  dS <- Diag(exp(G_last)) dS + (Gamma Q)^T dO - W^T dD.
 // Writes dS (BF16) per chunk to dstates [bh * nc][dk][dv] and dD to dd [rows][dv].
+// Tiles are fetched (cp.async) while the phase before them computes: A = {Aqk, Kg, dO} for dD,
+// issued once the previous chunk's dD phase is done (dO into the other of two buffers: the dS
+// phase still reads it), B = {Gamma Q, W, exp(G_last)} for dS, issued at the chunk's start.
 __global__ void __launch_bounds__(kThreads, 2)
     kda_dstate_kernel(int T, int H, int dv, int nc, ChunkWs ws, const bf16_bits* __restrict__ d_o,
                       bf16_bits* __restrict__ dstates, bf16_bits* __restrict__ dd) {
@@ -33,27 +36,39 @@ __global__ void __launch_bounds__(kThreads, 2)
   bf16* gqt = kgt + kC * kLdK;                 // [C][kLdK] Gamma Q
   bf16* aqt = gqt + kC * kLdK;                 // [C][kLdC] Aqk
   bf16* ndb = aqt + kC * kLdC;                 // [C][kLdS] -dD
-  bf16* dob = ndb + kC * kLdS;                 // [C][kLdS] dO
+  bf16* dobuf = ndb + kC * kLdS;               // [2][C][kLdS] dO of chunk n in buffer n % 2
   const int h = blockIdx.y, bb = blockIdx.z, d0 = blockIdx.x * kSlice;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int64_t bh = static_cast<int64_t>(bb) * H + h;
+  auto load_a = [&](int n) {
+    const int64_t r0 = (bh * nc + n) * kC;
+    const int t0 = n * kC;
+    load_rows(aqt, kLdC, ws.aqk + r0 * kC, kC, kC, kC, kC);
+    load_rows(kgt, kLdK, ws.kg + r0 * kDk, kDk, kC, kC, kDk);
+    load_rows(dobuf + (n % 2) * kC * kLdS, kLdS, d_o + ((static_cast<int64_t>(bb) * T + t0) * H + h) * dv + d0,
+              static_cast<int64_t>(H) * dv, kC, min(kC, T - t0), kSlice);
+  };
+  auto load_b = [&](int n) {
+    const int64_t r0 = (bh * nc + n) * kC;
+    load_rows(gqt, kLdK, ws.gq + r0 * kDk, kDk, kC, kC, kDk);
+    load_rows(wt, kLdK, ws.w + r0 * kDk, kDk, kC, kC, kDk);
+    load_rows(lam, kDk, ws.lam + (bh * nc + n) * kDk, kDk, 1, 1, kDk);
+  };
   for (int e = tid; e < kDk * kSlice; e += kThreads) {
     sf[(e / kSlice) * kLdSf + e % kSlice] = 0.f;
     sb[(e / kSlice) * kLdS + e % kSlice] = as_bf(0.f);
   }
+  load_a(nc - 1);
+  cp_async_commit();
   const int tm = warp / 2, tn = warp % 2;
   for (int n = nc - 1; n >= 0; --n) {
     const int64_t row0 = (bh * nc + n) * kC;
-    const int t0 = n * kC, valid = min(kC, T - t0);
-    __syncthreads();
-    load_rows(wt, kLdK, ws.w + row0 * kDk, kDk, kC, kC, kDk);
-    load_rows(kgt, kLdK, ws.kg + row0 * kDk, kDk, kC, kC, kDk);
-    load_rows(gqt, kLdK, ws.gq + row0 * kDk, kDk, kC, kC, kDk);
-    load_rows(aqt, kLdC, ws.aqk + row0 * kC, kC, kC, kC, kC);
-    load_rows(dob, kLdS, d_o + ((static_cast<int64_t>(bb) * T + t0) * H + h) * dv + d0, static_cast<int64_t>(H) * dv,
-              kC, valid, kSlice);
+    const bf16* dob = dobuf + (n % 2) * kC * kLdS;
+    __syncthreads();  // the previous dS phase is done: Gamma Q, W, exp(G_last) and dS are free
     store_rows(dstates + (bh * nc + n) * kDk * dv + d0, dv, sb, kLdS, kDk, kSlice);
-    if (tid < kDk) lam[tid] = ws.lam[(bh * nc + n) * kDk + tid];
+    load_b(n);
+    cp_async_commit();
+    cp_async_wait<1>();  // A (B may still be in flight)
     __syncthreads();
     {
       float* dt = df + tm * 16 * kLdSf + tn * 16;
@@ -70,7 +85,10 @@ __global__ void __launch_bounds__(kThreads, 2)
         dd[(row0 + i) * dv + d0 + c] = to_bf(x);
       }
     }
-    __syncthreads();
+    cp_async_wait<0>();  // B
+    __syncthreads();     // dD is complete; Aqk, Kg and the other dO buffer are free
+    if (n > 0) load_a(n - 1);
+    cp_async_commit();
     for (int job = warp; job < 16; job += kWarps) {
       const int sm = job / 2, sn = job % 2;
       float* st = sf + sm * 16 * kLdSf + sn * 16;
@@ -130,17 +148,28 @@ __global__ void __launch_bounds__(kThreads)
   const int t0 = n * kC, valid = min(kC, T - t0);
   const int64_t bh = static_cast<int64_t>(bb) * H + h, cn = bh * nc + n;
   const int64_t row0 = cn * kC, tok0 = (static_cast<int64_t>(bb) * T + t0) * H + h;
-  for (int e = tid; e < kC * kDk; e += kThreads) {
-    const int i = e / kDk, c = e % kDk;
-    G[i * kLdKf + c] = i < valid ? g[(tok0 + static_cast<int64_t>(i) * H) * kDk + c] : 0.f;
-  }
-  if (tid < kC) bs[tid] = tid < valid ? beta[tok0 + static_cast<int64_t>(tid) * H] : 0.f;
+  load_rows(G, kLdKf, g + tok0 * kDk, static_cast<int64_t>(H) * kDk, kC, valid, kDk);
   load_rows(tb, kLdC, ws.tm + row0 * kC, kC, kC, kC, kC);
   load_rows(ddb, kLdK, dd + row0 * dv, dv, kC, kC, dv);
-  for (int e = tid; e < kC * dv; e += kThreads) db[(e / dv) * kLdK + e % dv] = as_bf(ws.u[row0 * dv + e]);
   load_rows(dob, kLdK, d_o + tok0 * dv, static_cast<int64_t>(H) * dv, kC, valid, dv);
   load_rows(sb, kLdK, states + cn * kDk * dv, dv, kDk, kDk, dv);
   load_rows(dsb, kLdK, dstates + cn * kDk * dv, dv, kDk, kDk, dv);
+  if (tid < kC) bs[tid] = tid < valid ? beta[tok0 + static_cast<int64_t>(tid) * H] : 0.f;
+  // D (FP32) in registers for dbeta: warp w holds rows w, w + 8, ..., lane l columns 4 l .. 4 l + 3;
+  // its BF16 copy goes to shared memory for the GEMMs.
+  const int c0 = 4 * lane;
+  float4 dreg[kC / kWarps];
+  for (int r = 0; r < kC / kWarps; ++r) {
+    const int i = warp + kWarps * r;
+    dreg[r] = c0 < dv ? *reinterpret_cast<const float4*>(&ws.u[(row0 + i) * dv + c0]) : make_float4(0, 0, 0, 0);
+  }
+  for (int r = 0; r < kC / kWarps && c0 < dv; ++r) {
+    bf16* d = db + (warp + kWarps * r) * kLdK + c0;
+    d[0] = as_bf(dreg[r].x);
+    d[1] = as_bf(dreg[r].y);
+    d[2] = as_bf(dreg[r].z);
+    d[3] = as_bf(dreg[r].w);
+  }
   cumsum_rows(G);
 
   const int nt_v = dv / 16;
@@ -152,14 +181,22 @@ __global__ void __launch_bounds__(kThreads)
     wmma::store_matrix_sync(yf + tm * 16 * kLdKf + tn * 16, acc, kLdKf, wmma::mem_row_major);
   }
   __syncthreads();
-  for (int i = warp; i < kC; i += kWarps) {
+  for (int r = 0; r < kC / kWarps; ++r) {
+    const int i = warp + kWarps * r;
     const float bt = bs[i];
     float part = 0.f;
-    for (int c = lane; c < dv; c += 32) {
-      const float y = yf[i * kLdKf + c];
-      part += y * ws.u[(row0 + i) * dv + c];  // D in FP32
-      drb[i * kLdK + c] = as_bf(bt * y);
-      if (i < valid) dvv[(tok0 + static_cast<int64_t>(i) * H) * dv + c] = bt * y;
+    if (c0 < dv) {
+      const float4 y = *reinterpret_cast<const float4*>(&yf[i * kLdKf + c0]);
+      part = y.x * dreg[r].x + y.y * dreg[r].y + y.z * dreg[r].z + y.w * dreg[r].w;
+      bf16* d = drb + i * kLdK + c0;
+      d[0] = as_bf(bt * y.x);
+      d[1] = as_bf(bt * y.y);
+      d[2] = as_bf(bt * y.z);
+      d[3] = as_bf(bt * y.w);
+      if (i < valid) {
+        *reinterpret_cast<float4*>(&dvv[(tok0 + static_cast<int64_t>(i) * H) * dv + c0]) =
+            make_float4(bt * y.x, bt * y.y, bt * y.z, bt * y.w);
+      }
     }
     part = warp_sum(part);
     if (i < valid && lane == 0) dbeta[tok0 + static_cast<int64_t>(i) * H] = part / bt;
@@ -251,15 +288,11 @@ __global__ void __launch_bounds__(kThreads)
   load_rows(kr, kLdK, k + tok0 * kDk, static_cast<int64_t>(H) * kDk, kC, valid, kDk);
   load_rows(dab, kLdC, ws.tm + row0 * kC, kC, kC, kC, kC);
   load_rows(daqb, kLdC, ws.aqk + row0 * kC, kC, kC, kC, kC);
-  for (int e = tid; e < kC * kDk; e += kThreads) {
-    const int i = e / kDk, c = e % kDk;
-    const int64_t x = (tok0 + static_cast<int64_t>(i) * H) * kDk + c;
-    const bool in = i < valid;
-    G[i * kLdKf + c] = in ? g[x] : 0.f;
-    aq[i * kLdA + c] = in ? dq[x] : 0.f;
-    ap[i * kLdA + c] = in ? dk[x] : 0.f;
-    an[i * kLdA + c] = in ? dg[x] : 0.f;
-  }
+  const int64_t tok_ld = static_cast<int64_t>(H) * kDk;
+  load_rows(G, kLdKf, g + tok0 * kDk, tok_ld, kC, valid, kDk);
+  load_rows(aq, kLdA, dq + tok0 * kDk, tok_ld, kC, valid, kDk);
+  load_rows(ap, kLdA, dk + tok0 * kDk, tok_ld, kC, valid, kDk);
+  load_rows(an, kLdA, dg + tok0 * kDk, tok_ld, kC, valid, kDk);
   cumsum_rows(G);
   if (tid < kDk) {  // N holds exp(G_last - G) dKg so far: sum_i Kg_i dKg_i = sum_i k_i N_i
     float s = dgl[cn * kDk + tid];

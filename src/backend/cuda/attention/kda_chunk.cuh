@@ -81,17 +81,58 @@ __device__ __forceinline__ void mma_range(FragC& acc, const bf16* a, int lda, co
   }
 }
 
-// Rows 0..num_rows-1 of `cols` BF16 values (cols % 8 == 0) from src (row r at src + r * src_ld)
-// into dst (row stride ld), 16 bytes per access; rows from `valid` on are zero.
-__device__ __forceinline__ void load_rows(bf16* dst, int ld, const bf16_bits* __restrict__ src, int64_t src_ld,
-                                          int num_rows, int valid, int cols) {
-  const int vec = cols / 8;
+// 16 bytes global -> shared without a register round trip (cp.async): every load of a kernel's
+// prologue is in flight at once, where a loop of load-then-store waits out one memory latency
+// (about a microsecond) per iteration. Complete at cp_async_wait_all(), then a barrier.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+#ifdef __CUDA_ARCH__
+  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
+#else
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+#endif
+}
+// Groups: commit closes the copies issued since the last commit into a group (possibly empty);
+// wait<N> returns once at most the N most recent groups are pending.
+__device__ __forceinline__ void cp_async_commit() {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  cp_async_commit();
+  cp_async_wait<0>();
+}
+
+// Rows 0..num_rows-1 of `row_bytes` (a multiple of 16) from src (row stride src_ld bytes) into
+// dst (row stride ld bytes) by cp.async; rows from `valid` on are zero.
+__device__ __forceinline__ void load_rows_bytes(void* dst, int ld, const void* src, int64_t src_ld, int num_rows,
+                                                int valid, int row_bytes) {
+  const int vec = row_bytes / 16;
   for (int e = threadIdx.x; e < num_rows * vec; e += blockDim.x) {
     const int r = e / vec, p = e % vec;
-    uint4 x = make_uint4(0, 0, 0, 0);
-    if (r < valid) x = *reinterpret_cast<const uint4*>(src + r * src_ld + p * 8);
-    *reinterpret_cast<uint4*>(dst + r * ld + p * 8) = x;
+    char* d = static_cast<char*>(dst) + r * ld + p * 16;
+    if (r < valid) {
+      cp_async16(d, static_cast<const char*>(src) + r * src_ld + p * 16);
+    } else {
+      *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+    }
   }
+}
+// Typed forms: strides and widths in elements (cols % 8 == 0 for BF16, % 4 for FP32).
+__device__ __forceinline__ void load_rows(bf16* dst, int ld, const bf16_bits* src, int64_t src_ld, int num_rows,
+                                          int valid, int cols) {
+  load_rows_bytes(dst, ld * 2, src, src_ld * 2, num_rows, valid, cols * 2);
+}
+__device__ __forceinline__ void load_rows(float* dst, int ld, const float* src, int64_t src_ld, int num_rows,
+                                          int valid, int cols) {
+  load_rows_bytes(dst, ld * 4, src, src_ld * 4, num_rows, valid, cols * 4);
 }
 
 // The inverse: rows of a shared-memory tile to global memory.
@@ -105,8 +146,10 @@ __device__ __forceinline__ void store_rows(bf16_bits* __restrict__ dst, int64_t 
 }
 
 // In-chunk cumulative sum of the log decay, G_i = sum_{s <= i} g_s, in place over G [kC][kLdKf]
-// (thread c < kDk walks channel c). Synchronises the block before and after.
+// (thread c < kDk walks channel c). Completes this thread's cp.async loads, and synchronises the
+// block before and after.
 __device__ __forceinline__ void cumsum_rows(float* G) {
+  cp_async_wait_all();
   __syncthreads();
   if (threadIdx.x < kDk) {
     float cum = 0.f;

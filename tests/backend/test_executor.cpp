@@ -28,6 +28,9 @@ using namespace moesim::cuda;
 namespace {
 
 const char* const kCalibration[] = {"scenarios/calibration/k3-slice-1gpu.json", "scenarios/calibration/k3-slice-2gpu.json",
+                                    "scenarios/calibration/k3-slice-1gpu-seq12k.json",
+                                    "scenarios/calibration/k3-slice-1gpu-selective.json",
+                                    "scenarios/calibration/llama-8b-slice-1gpu-chunked.json",
                                     "scenarios/calibration/k3-slice-2gpu-ft.json",
                                     "scenarios/calibration/llama-8b-slice-1gpu.json",
                                     "scenarios/calibration/qwen3-moe-slice-1gpu.json",

@@ -56,8 +56,9 @@ TEST_CASE("hardware without a record is unvalidated: no band, no ties") {
 TEST_CASE("the embedded records: the calibrated 2 x H200 is validated, the K3 supernode is not") {
   const ErrorBand h200 = error_band_for("h200-x2");
   REQUIRE(h200.validated);
-  // The K3 slices' errors (docs/calibration/validation.md): -5.3% .. -0.4%, spread 4.9%.
-  CHECK(h200.tie_fraction == doctest::Approx(0.049));
+  // The largest spread of one model's errors (docs/calibration/validation.md): the two Llama 3.1 8B
+  // slices, -5.1% and +2.1%.
+  CHECK(h200.tie_fraction == doctest::Approx(0.072));
   CHECK(h200.step.low == doctest::Approx(-0.152));  // the Qwen3 slice
   CHECK_FALSE(error_band_for("supernode-128").validated);
 }

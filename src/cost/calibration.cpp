@@ -36,8 +36,10 @@ const CalibrationTable* Calibration::attention_table(OpKind kind, Phase phase) c
 
 bool is_calibrated_attention_kind(OpKind kind) {
   return kind == OpKind::flash_attention || kind == OpKind::sparse_attention || kind == OpKind::dsa_indexer ||
-         kind == OpKind::indexer_score || kind == OpKind::kda;
+         kind == OpKind::indexer_score || kind == OpKind::kda || kind == OpKind::kv_gather;
 }
+
+bool attention_table_counts_bytes(OpKind kind) { return kind == OpKind::kv_gather; }
 
 namespace {
 
@@ -204,18 +206,21 @@ Calibration load_calibration(const InputText& input, const json& root) {
   read_collectives("collectives", false);
   read_collectives("collectives_inter_node", true);
   if (root.contains("attention")) {
-    // {"KIND": {"forward": table, "backward": table}}: FLOP/s by query rows.
+    // {"KIND": {"forward": table, "backward": table}}: FLOP/s by query rows (bytes/s for the
+    // memory-bound DSA key gather).
     const json& att = r.object(root["attention"], "/attention");
     for (const auto& [name, phases] : att.items()) {
       const std::string path = pointer_append("/attention", name);
       const auto kind = enum_from_name<OpKind>(name);
       if (!kind || !is_calibrated_attention_kind(*kind)) {
-        r.fail(path, "unknown attention op kind (known: flash_attention, sparse_attention, dsa_indexer, indexer_score, kda)");
+        r.fail(path, "unknown attention op kind (known: flash_attention, sparse_attention, dsa_indexer, indexer_score, kda, "
+                     "kv_gather)");
       }
       r.object(phases, path);
       r.only_keys(phases, path, {"forward", "backward"});
       for (const auto& [phase, t] : phases.items()) {
-        c.attention[{*kind, phase == "backward"}] = r.table(t, pointer_append(path, phase), "query_rows", "flops_per_s");
+        c.attention[{*kind, phase == "backward"}] = r.table(t, pointer_append(path, phase), "query_rows",
+                                                            attention_table_counts_bytes(*kind) ? "bytes_per_s" : "flops_per_s");
       }
     }
   }

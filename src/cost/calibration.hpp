@@ -63,6 +63,9 @@ struct Calibration {
 
 // The op kinds an attention table may name (format version 2).
 bool is_calibrated_attention_kind(OpKind kind);
+// Whether that kind's table holds bytes/s (of the op's bytes read and written) rather than FLOP/s:
+// the DSA key gather of the unfused form, a memory-bound kernel.
+bool attention_table_counts_bytes(OpKind kind);
 
 // Reads and checks a calibration file; bad input throws InputError naming the file and JSON path.
 Calibration load_calibration(const InputText& input);

@@ -130,10 +130,11 @@ double CostModel::kernel_seconds(const Op& op, double rows_scale) const {
   // Calibrated attention kernels (format version 2): the measured FLOP/s of this kind and phase
   // at the op's query rows, for the op's own flops. The measurement is the whole kernel (its memory
   // traffic included), so no roofline max with the memory term.
-  if (cal && op.dtype == Dtype::bf16 && flops > 0) {
+  if (cal && op.dtype == Dtype::bf16) {
     if (const CalibrationTable* att = cal->attention_table(op.kind, op.phase)) {
       const double rows = std::max(static_cast<double>(op.m) * rows_scale, 1.0);
-      return flops / att->at(rows) + launch_s;
+      const double work = attention_table_counts_bytes(op.kind) ? bytes : flops;
+      if (work > 0) return work / att->at(rows) + launch_s;
     }
   }
   double t = 0;

@@ -295,6 +295,7 @@ int mla_dsa_block(TapeBuilder& b, int x) {
     TapeOp g;
     g.op.kind = OpKind::kv_gather;
     g.op.dtype = c.act;
+    g.op.m = t;  // query rows: the size a calibrated gather table is read at
     g.op.bytes_read = bytes_of(elements(t, kept_keys, latent), c.act);
     g.op.bytes_written = bytes_of(elements(t, kept_keys, latent), c.act);
     g.name = "attn.kv_gather";

@@ -278,6 +278,19 @@ TEST_CASE("version 2 attention tables: read, checked, and used per kind and phas
           doctest::Approx(f / fwd + launch));
     CHECK(cost.kernel_seconds(attention_op(OpKind::sparse_attention, Phase::bwd, rows, f)) == doctest::Approx(f / bwd + launch));
   }
+  // The unfused DSA key gather's table is bytes/s of the op's bytes read and written.
+  {
+    json g = attention_calibration();
+    g["attention"]["kv_gather"]["forward"] = {{"measure", "query_rows"}, {"value", "bytes_per_s"}, {"dtype", "bf16"},
+                                              {"points", {{2048, 1e12}, {16384, 2e12}}}, {"samples", json::array()}};
+    const CostModel gathers(hardware_with(g));
+    Op op = attention_op(OpKind::kv_gather, Phase::fwd, 16384, 0);
+    op.bytes_read = 3e9;
+    op.bytes_written = 3e9;
+    CHECK(gathers.kernel_seconds(op) == doctest::Approx(6e9 / 2e12 + launch));
+    g["attention"]["kv_gather"]["forward"]["value"] = "flops_per_s";
+    expect_error(g, "/attention/kv_gather/forward/value", "bytes_per_s");
+  }
   // Clamped outside the grid; between grid points between their rates.
   CHECK(cost.kernel_seconds(attention_op(OpKind::sparse_attention, Phase::fwd, 512, f)) == doctest::Approx(f / 40e12 + launch));
   CHECK(cost.kernel_seconds(attention_op(OpKind::sparse_attention, Phase::bwd, 131072, f)) == doctest::Approx(f / 25e12 + launch));

@@ -633,13 +633,25 @@ json bench_attention(Context& cx) {
   std::map<std::pair<std::string, std::string>, std::map<double, std::vector<double>>> by_x;  // (kind, phase)
   std::map<std::pair<std::string, std::string>, json> samples;
   cx.summary += "\nAttention (executor launches)  kind               phase      seq   ms      TF/s\n";
+  // Each grid length on the scenario and, where it fuses DSA, on its unfused form too, whose
+  // indexer score and key gather are kinds of their own (the fused form's ops are timed once).
+  std::vector<std::pair<int64_t, bool>> runs;
+  const json base_json = json::parse(base.text);
+  const bool fused_dsa = base_json.contains("fused_ops") && base_json["fused_ops"].value("dsa", false);
   for (int64_t seq : seqs) {
+    runs.emplace_back(seq, false);
+    if (fused_dsa) runs.emplace_back(seq, true);
+  }
+  std::set<std::pair<OpKind, bool>> done;
+  int64_t done_seq = -1;
+  for (const auto& [seq, unfuse_dsa] : runs) {
     json sj = json::parse(base.text);
     sj["batch"]["sequence_length"] = seq;
     sj["batch"]["global_batch_size"] = 1;
     sj["batch"]["micro_batch_size"] = 1;
     sj["training"].erase("lora");
     sj["training"]["mode"] = "full_finetune";
+    if (unfuse_dsa) sj["fused_ops"]["dsa"] = false;
     const Scenario sc = load_scenario(InputText{base.name, sj.dump(), base.embedded});
     const StepGraph g = build_step_graph(sc);
     const Program& p = g.programs[static_cast<size_t>(g.plan.program_of(0))];
@@ -653,7 +665,8 @@ json bench_attention(Context& cx) {
       dsa_keys = DeviceBuffer<int32_t>(keys.size());
       dsa_keys.upload(keys);
     }
-    std::set<std::pair<OpKind, bool>> done;
+    if (seq != done_seq) done.clear();
+    done_seq = seq;
     for (uint32_t i = 0; i < p.ops.size(); ++i) {
       const Op& op = p.ops[i];
       if (!is_calibrated_attention_kind(op.kind) || op.phase == Phase::recompute || op.phase == Phase::optimizer) continue;
@@ -682,22 +695,26 @@ json bench_attention(Context& cx) {
       const std::string kind(enum_name(op.kind));
       const std::string phase = backward ? "backward" : "forward";
       const auto rows = static_cast<double>(op.m);
-      by_x[{kind, phase}][rows].push_back(op.flops / t.median_s);
+      // The rate the cost model divides into: the op's flops, or for the gather its bytes.
+      const bool bytes_rate = attention_table_counts_bytes(op.kind);
+      const double work = bytes_rate ? op.bytes_read + op.bytes_written : op.flops;
+      by_x[{kind, phase}][rows].push_back(work / t.median_s);
       samples[{kind, phase}].push_back({{"op", p.name_of(op)}, {"seq", seq}, {"query_rows", op.m},
-                         {"flops", op.flops}, {"seconds", t.median_s}, {"min_seconds", t.min_s},
-                         {"max_seconds", t.max_s}, {"flops_per_s", op.flops / t.median_s},
+                         {bytes_rate ? "bytes" : "flops", work}, {"seconds", t.median_s}, {"min_seconds", t.min_s},
+                         {"max_seconds", t.max_s}, {bytes_rate ? "bytes_per_s" : "flops_per_s", work / t.median_s},
                          {"operand_bytes", static_cast<double>(dry_in.high_water() + dry_out.high_water())}});
       cx.summary += "                               " + kind + std::string(kind.size() < 19 ? 19 - kind.size() : 1, ' ') +
                     phase + std::string(11 - phase.size(), ' ') +
-                    fmt("%5.0f  %7.2f  %6.1f\n", static_cast<double>(seq), t.median_s * 1e3, op.flops / t.median_s / 1e12);
+                    fmt("%5.0f  %7.2f  %6.1f", static_cast<double>(seq), t.median_s * 1e3, work / t.median_s / 1e12) +
+                    (bytes_rate ? " TB/s\n" : "\n");
       cx.log(fmt("attention seq %.0f: ", static_cast<double>(seq)) + kind + " " + phase +
-             fmt(" %.2f ms, %.1f TFLOP/s", t.median_s * 1e3, op.flops / t.median_s / 1e12));
+             fmt(" %.2f ms, %.1f ", t.median_s * 1e3, work / t.median_s / 1e12) + (bytes_rate ? "TB/s" : "TFLOP/s"));
     }
     MOESIM_CUDA_CHECK(cudaStreamSynchronize(cx.stream));
   }
   json out = json::object();
   for (const auto& [key, xs] : by_x) {
-    json tb = table("query_rows", "flops_per_s", xs);
+    json tb = table("query_rows", attention_table_counts_bytes(*enum_from_name<OpKind>(key.first)) ? "bytes_per_s" : "flops_per_s", xs);
     tb["dtype"] = "bf16";
     tb["samples"] = samples[key];
     out[key.first][key.second] = tb;

@@ -68,14 +68,16 @@ def main(path):
     print()
 
     if "attention" in c:  # format version 2
-        print("### Attention kernels (the executor's launches at K3 per-rank heads; FLOP/s of the graph op's own flops)\n")
-        print("| op kind | phase | query rows (= sequence) | time (ms) | TFLOP/s | of 989 peak | max / min of the repeats |")
+        print("### Attention kernels (the executor's launches at K3 per-rank heads; FLOP/s of the graph op's own flops, "
+              "TB/s of its bytes for the memory-bound key gather)\n")
+        print("| op kind | phase | query rows (= sequence) | time (ms) | TFLOP/s or TB/s | of 989 TF or 4.8 TB/s peak | max / min of the repeats |")
         print("|---|---|---:|---:|---:|---:|---:|")
         for kind, phases in c["attention"].items():
             for phase, t in phases.items():
                 for s in t["samples"]:
-                    print(f"| {kind} | {phase} | {s['query_rows']} | {s['seconds']*1e3:.2f} | {s['flops_per_s']/1e12:.1f} | "
-                          f"{s['flops_per_s']/PEAK_FLOPS:.3f} | {s['max_seconds']/s['min_seconds']:.3f} |")
+                    rate, peak = (s["bytes_per_s"], PEAK_HBM) if "bytes_per_s" in s else (s["flops_per_s"], PEAK_FLOPS)
+                    print(f"| {kind} | {phase} | {s['query_rows']} | {s['seconds']*1e3:.2f} | {rate/1e12:.2f} | "
+                          f"{rate/peak:.3f} | {s['max_seconds']/s['min_seconds']:.3f} |")
         print()
 
     print("### Pinned host copies (one direction at a time)\n")

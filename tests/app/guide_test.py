@@ -61,7 +61,7 @@ with tempfile.TemporaryDirectory() as scratch:
            and os.path.isfile(os.path.join(scratch, "k3-slice.model.json")))
     expect("slice summary", "28 routed experts, top-16" in text, text[-3000:])
     expect("hardware info names the calibration", "calibration" in text)
-    expect("the H200 band", "step time -15.2% .. +2.1% over 10 run(s)" in text and "within 7.2%" in text, text[-3000:])
+    expect("the H200 band", "step time -15.2% .. +2.1% over 11 run(s)" in text and "within 7.2%" in text, text[-3000:])
     expect("unvalidated under another name", "unvalidated: no validation record for hardware 'my-box'" in text)
     # The bad flags are named.
     r = subprocess.run([MOESIM, "calibrate", "--only", "gemm,tensor-cores"], capture_output=True, text=True)

@@ -31,7 +31,7 @@
 // entering each chunk, BF16, and D), then dstate, grad1, grad2; the formulas are beside grad1 in
 // kda_backward.cu. Workspace at K3 shapes (T 8192, 96 heads, dv 128): forward 1.21 GB (the prep
 // products), backward 2.23 GB (those plus the chunk-entry states and their gradients in BF16, and dD).
-// Measured on one H200 at those shapes: 9.2 ms forward, 22.3 ms backward (docs/calibration/attention.md).
+// Measured on one H200 at those shapes: 4.78 ms forward, 13.18 ms backward (docs/calibration/attention.md).
 #pragma once
 
 #include <cstddef>

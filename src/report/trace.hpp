@@ -9,7 +9,9 @@
 //   - one complete event ("ph":"X") per ExecRecord: name = the op's name, cat = its kind, args =
 //     {phase, layer, micro, flops, bytes, group}; bytes is HBM traffic (read + written) for
 //     kernels and comm_bytes (nccl-tests size, p2p or copied bytes) for communication and host
-//     copies; group is written for communication ops (collectives and send / recv);
+//     copies; group is written for communication ops (collectives and send / recv); routed ops
+//     add what the routing draw made of them (ExecRecord::routed): a grouped GEMM's rows and
+//     rows_expected (the graph's), an expert all-to-all's routed_bytes;
 //   - one counter event ("ph":"C", name "memory") per MemorySample, args {hbm_GB, ddr_GB,
 //     hbm_reserved_GB} (GB = 1e9 bytes): live bytes, and what the allocator holds (the report's
 //     peak is the largest hbm_reserved).

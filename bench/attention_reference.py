@@ -14,14 +14,13 @@ on a retained graph; fwd_bwd: a forward then backward per call.
 
 Needs a CUDA GPU and PyTorch; prints a markdown table (and writes it to --out).
 """
-import argparse
 import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from torch_timing import time_ms  # bench/torch_timing.py, beside this file
+from reference_bench import arguments, time_ms, write_table  # bench/reference_bench.py, beside this file
 
 
 def cost_flops(b, t, hq, dqk, dv):
@@ -66,13 +65,7 @@ def bench(label, b, t, hq, hkv, dqk, dv, repeats):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seq", type=int, default=8192)
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--heads", type=int, default=96)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--out")
-    a = ap.parse_args()
+    a = arguments(__doc__)
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
         return 77
@@ -87,13 +80,7 @@ def main():
             except RuntimeError as e:  # this PyTorch's cuDNN backend refuses the shape
                 print(f"{label}: {e}".splitlines()[0], file=sys.stderr)
             torch.cuda.empty_cache()
-    table = "| kernel | shape | median ms | model TFLOP | TFLOP/s |\n|---|---|---|---|---|\n"
-    for name, shape, ms, flops in rows:
-        table += f"| {name} | {shape} | {ms:.3f} | {flops / 1e12:.3f} | {flops / (ms * 1e-3) / 1e12:.1f} |\n"
-    sys.stdout.write(table)
-    if a.out:
-        with open(a.out, "w") as fh:
-            fh.write(table)
+    write_table(rows, a.out)
     return 0 if rows else 1
 
 

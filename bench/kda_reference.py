@@ -16,12 +16,11 @@ runs); fwd_bwd: a forward then torch.autograd.grad of q, k, v, g, beta per call.
 
 Prints a markdown table (and writes it to --out); exit 77 without a GPU or without fla.
 """
-import argparse
 import sys
 
 import torch
 
-from torch_timing import time_ms  # bench/torch_timing.py, beside this file
+from reference_bench import arguments, time_ms, write_table  # bench/reference_bench.py, beside this file
 
 
 def cost_flops(b, t, h, d, chunk=64):
@@ -30,13 +29,7 @@ def cost_flops(b, t, h, d, chunk=64):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seq", type=int, default=8192)
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--heads", type=int, default=96)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--out")
-    a = ap.parse_args()
+    a = arguments(__doc__)
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
         return 77
@@ -77,13 +70,7 @@ def main():
     f = cost_flops(b, t, h, d)
     rows = [("fla_kda_forward", shape, time_ms(forward, repeats=a.repeats), f),
             ("fla_kda_fwd_bwd", shape, time_ms(fwd_bwd, repeats=a.repeats), 3 * f)]
-    table = "| kernel | shape | median ms | model TFLOP | TFLOP/s |\n|---|---|---|---|---|\n"
-    for name, shp, ms, flops in rows:
-        table += f"| {name} | {shp} | {ms:.3f} | {flops / 1e12:.3f} | {flops / (ms * 1e-3) / 1e12:.1f} |\n"
-    sys.stdout.write(table)
-    if a.out:
-        with open(a.out, "w") as fh:
-            fh.write(table)
+    write_table(rows, a.out)
     return 0
 
 

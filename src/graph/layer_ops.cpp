@@ -120,6 +120,7 @@ int moe_block(TapeBuilder& b, int x_in, int64_t layer) {
   }
   // Expected rows sent and received: the T k assignments under any routing, or the padded
   // buffers of capacity padding (which then also hold the padding in memory).
+  const int64_t real_rows = t * m.top_k;
   const int64_t assignments = expected_expert_rows(c.scenario->routing, m.num_experts, m.top_k, c.ep, t);
   const bool local_first = c.local_first && c.ep > 1;
   const int64_t local_rows = local_first ? routed_part_rows(assignments, c.ep, RoutingPart::local) : 0;
@@ -132,7 +133,7 @@ int moe_block(TapeBuilder& b, int x_in, int64_t layer) {
     p.op.kind = OpKind::permute;
     p.op.dtype = c.act;
     p.op.routing_layer = rl;
-    p.op.bytes_read = bytes_of(elements(t * m.top_k, w), c.act);  // the tokens' copies; padding is written only
+    p.op.bytes_read = bytes_of(elements(real_rows, w), c.act);  // the tokens' copies; padding is written only
     p.op.bytes_written = bytes_of(elements(assignments, w), c.act);
     p.name = "moe.permute";
     p.inputs = {xl, indices};
@@ -204,8 +205,8 @@ int moe_block(TapeBuilder& b, int x_in, int64_t layer) {
     u.op.kind = OpKind::unpermute;
     u.op.dtype = c.act;
     u.op.routing_layer = rl;
-    u.op.flops = 2.0 * elements(t * m.top_k, w);  // real rows only: the padding is not gathered
-    u.op.bytes_read = bytes_of(elements(t * m.top_k, w), c.act);
+    u.op.flops = 2.0 * elements(real_rows, w);  // real rows only: the padding is not gathered
+    u.op.bytes_read = bytes_of(elements(real_rows, w), c.act);
     u.op.bytes_written = bytes_of(elements(t, w), c.act);
     u.name = "moe.unpermute";
     u.inputs = combined_parts;

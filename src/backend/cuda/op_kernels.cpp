@@ -361,6 +361,13 @@ class Launcher {
     if (live()) swiglu_backward(h, dy, dh, rows_used, f, s());
   }
 
+  // The rows the graph built the expert-side buffers at: T k, or the padded buffers under capacity
+  // padding (graph/routing.hpp, expected_expert_rows).
+  int64_t expert_buffer_rows() const {
+    const int64_t t = e_.graph->routed_tokens_per_micro_batch();
+    return e_.graph->routing ? e_.graph->routing->expected_rows(t) : t * model().moe->top_k;
+  }
+
   // The expert rows this rank processes in a routed op of `expected` rows.
   int64_t routed_rows(int64_t expected) const {
     if (!e_.routing) return expected;
@@ -454,7 +461,7 @@ class Launcher {
     const TensorDesc& big = p_.outputs(op_).front();  // [assignments, cols] in expert order
     const int64_t cols = cols_of(big);
     auto* x = in<bf16_bits>(t * cols);
-    auto* xp = out<bf16_bits>(e_.graph->routing->expected_rows(t) * cols);  // capacity padding: the padded buffer
+    auto* xp = out<bf16_bits>(expert_buffer_rows() * cols);  // capacity padding: the padded buffer
     if (live()) permute_rows(x, e_.tables.dest_row, t * k, static_cast<int>(k), cols, xp, s());
   }
 
@@ -464,7 +471,7 @@ class Launcher {
     const int64_t t = e_.graph->routed_tokens_per_micro_batch(), k = moe.top_k;
     const TensorDesc& small = p_.outputs(op_).front();  // [tokens, cols] in token order
     const int64_t cols = cols_of(small);
-    auto* yp = in<bf16_bits>(e_.graph->routing->expected_rows(t) * cols);
+    auto* yp = in<bf16_bits>(expert_buffer_rows() * cols);
     auto* weights = in<float>(t * k);
     auto* y = out<bf16_bits>(t * cols);
     if (live()) unpermute_combine(yp, e_.tables.dest_row, weights, t, static_cast<int>(k), cols, y, s());
@@ -818,8 +825,7 @@ class Launcher {
     }
     if (r) {
       // The graph sized the op at the expected rows (the padded ones under capacity padding).
-      const double rows = static_cast<double>(e_.graph->routing->expected_rows(e_.graph->routed_tokens_per_micro_batch()));
-      const auto row_bytes = static_cast<int64_t>(op_.comm_bytes / rows);
+      const auto row_bytes = static_cast<int64_t>(op_.comm_bytes / static_cast<double>(expert_buffer_rows()));
       const bool fwd_dir = dispatch_direction();
       for (size_t q = 0; q < send_bytes.size(); ++q) {
         send_bytes[q] = (fwd_dir ? r->send_rows[q] : r->recv_rows[q]) * row_bytes;

@@ -127,6 +127,8 @@ double CostModel::kernel_seconds(const Op& op, double rows_scale) const {
   const double bytes = (op.bytes_read + op.bytes_written) * rows_scale;
   // Each kernel of a decomposed op (an eager norm: several) pays the launch overhead.
   const double launch_s = d.kernel_launch_overhead.value * static_cast<double>(std::max(op.num_kernels, 1));
+  // A quantised matmul's casts are memory-bound kernels of their own, before it: their time adds.
+  const double cast_s = op.cast_bytes > 0 ? op.cast_bytes * rows_scale / memory_bandwidth(op.cast_bytes * rows_scale) : 0;
   // Calibrated attention kernels (format version 2): the measured FLOP/s of this kind and phase
   // at the op's query rows, for the op's own flops. The measurement is the whole kernel (its memory
   // traffic included), so no roofline max with the memory term.
@@ -147,15 +149,17 @@ double CostModel::kernel_seconds(const Op& op, double rows_scale) const {
     // A calibrated GEMM's measured FLOP/s is the whole kernel, its memory traffic included (as the
     // attention tables): no roofline max with the memory term, whose table may come from slower
     // memory-bound kernels (a fit to a profiler trace, src/trace/trace_fit.hpp).
-    if (table && *table) return flops / (*table)->at(x) + launch_s;
+    if (table && *table) return flops / (*table)->at(x) + cast_s + launch_s;
     t = flops / (peak(op.dtype) * efficiency(op, rows_scale));
   }
-  if (bytes > 0) {
-    const double bw = cal && cal->memory_bytes_per_s ? cal->memory_bytes_per_s->at(bytes)
-                                                     : d.hbm_bandwidth.value * hw_.efficiency.memory;
-    t = std::max(t, bytes / bw);
-  }
-  return t + launch_s;
+  if (bytes > 0) t = std::max(t, bytes / memory_bandwidth(bytes));
+  return t + cast_s + launch_s;
+}
+
+double CostModel::memory_bandwidth(double bytes) const {
+  const Calibration* cal = calibration_.get();
+  return cal && cal->memory_bytes_per_s ? cal->memory_bytes_per_s->at(bytes)
+                                        : hw_.device.hbm_bandwidth.value * hw_.efficiency.memory;
 }
 
 double CostModel::bus_factor(OpKind kind, int64_t n) {

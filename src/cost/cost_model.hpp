@@ -81,6 +81,9 @@ class CostModel {
     double bandwidth = 0;
   };
   CopyCost host_copy(OpKind kind, double bytes) const;
+  // What a memory-bound kernel moving `bytes` reaches: the calibrated memory table at that size,
+  // or the HBM bandwidth times the memory efficiency.
+  double memory_bandwidth(double bytes) const;
   // A collective or point-to-point op over a group placed as given, with `bytes` in nccl-tests'
   // convention (op.comm_bytes, or a sampled value for all-to-all-v).
   CollectiveCost collective(OpKind kind, double bytes, const GroupPlacement& group) const;

@@ -120,6 +120,7 @@ void write_op(Writer& w, const Program& p, const Op& op) {
   amount("flops", op.flops);
   amount("bytes_read", op.bytes_read);
   amount("bytes_written", op.bytes_written);
+  amount("cast_bytes", op.cast_bytes);
   amount("comm_bytes", op.comm_bytes);
   if (op.m != d.m) w.key("m", first).number(op.m);
   if (op.n != d.n) w.key("n", first).number(op.n);
@@ -488,6 +489,7 @@ void read_op(const Reader& r, const json& node, const Where& where, Program& p) 
   optional_amount("flops", op.flops, limits::kMaxOpFlops);
   optional_amount("bytes_read", op.bytes_read, limits::kMaxBytes);
   optional_amount("bytes_written", op.bytes_written, limits::kMaxBytes);
+  optional_amount("cast_bytes", op.cast_bytes, limits::kMaxBytes);
   optional_amount("comm_bytes", op.comm_bytes, limits::kMaxBytes);
   optional_int("m", op.m, 0, limits::kMaxTensorElements);
   optional_int("n", op.n, 0, limits::kMaxTensorElements);

@@ -206,6 +206,9 @@ struct Op {
   double flops = 0;
   double bytes_read = 0;            // HBM traffic
   double bytes_written = 0;
+  double cast_bytes = 0;            // quantised matmuls: HBM traffic of the kernels that cast their
+                                    // operands (graph/quantize_casts.hpp), counted in num_kernels;
+                                    // memory-bound kernels of their own, so their time adds
   double comm_bytes = 0;            // collectives: nccl-tests "size" on this rank; p2p: bytes sent or
                                     // received; swap copies: bytes copied
   int64_t m = 0, n = 0, k = 0;      // GEMM shape (grouped: m is the total rows)

@@ -36,6 +36,18 @@ struct PassWork {
   double bytes_written = 0;
 };
 
+// A quantised matmul's casts (graph/quantize_casts.hpp), which its ops run before their matmuls:
+// emission adds them to the ops' kernels and Op::cast_bytes (bytes read and written together).
+struct MatmulCasts {
+  PassWork input{0, 0, 0};     // forward and recompute
+  PassWork weight{0, 0, 0};    // forward and recompute
+  PassWork grad{0, 0, 0};      // backward: the output gradient
+  PassWork weight_t{0, 0, 0};  // backward: the weight's transposed layout
+  // The weight's casts only in micro-batch 0's forward and backward, reused by the rest of the
+  // step (precision.cache_quantized_weights).
+  bool weight_once_per_step = false;
+};
+
 struct TapeOp {
   Op op;  // the forward op: kind, dtype, flops, bytes, shape, group, ...
   std::string name;
@@ -50,6 +62,7 @@ struct TapeOp {
   // The backward's kernels and bytes when not the default rule (read what the forward read and
   // wrote, write the input gradients, one kernel): set for decomposed elementwise ops.
   std::optional<PassWork> bwd_work;
+  MatmulCasts casts;  // quantised matmuls only
   bool cheap = false;          // recomputed rather than kept under selective recompute
   std::optional<SwapTarget> swap;
   // Tensor parallelism without sequence parallelism: the gradient of this op's output is summed

@@ -12,6 +12,7 @@
 
 #include "graph/elementwise_kernels.hpp"
 #include "graph/layer_ops.hpp"
+#include "graph/quantize_casts.hpp"
 
 namespace moesim {
 
@@ -199,6 +200,28 @@ class TapeBuilder {
     return op;
   }
 
+  // A quantised matmul's casts (graph/quantize_casts.hpp): the forward casts the input and the
+  // weight, the backward the output gradient and the weight's transposed layout. An input that a
+  // sequence-parallel all-gather brings is cast on its shard before the gather (the FP8 stacks
+  // gather it quantised), and weights gathered in the compute format (precision.params of 8 bits
+  // or fewer: FSDP2's float8 all-gather, Megatron's FP8 parameter gather) were cast on their shard.
+  void add_casts(TapeOp& op, double input_elements, double output_elements, double weight_elements) const {
+    const PrecisionSpec& p = c_.scenario->training.precision;
+    const QuantizationCasts recipe = quantization_casts(p);
+    const CastWork x = cast_work(recipe, CastOperand::activation, c_.act, c_.compute);
+    if (x.fwd.num_kernels == 0) return;
+    const CastWork w = dtype_bytes(p.params) < 2 ? CastWork{}
+                                                 : cast_work(recipe, CastOperand::weight, p.params, c_.compute);
+    auto work = [](const KernelPass& k, double n) {
+      return PassWork{k.num_kernels, k.read_per_element * n, k.written_per_element * n};
+    };
+    op.casts.input = work(x.fwd, input_elements);
+    op.casts.grad = work(x.fwd, output_elements);
+    op.casts.weight = work(w.fwd, weight_elements);
+    op.casts.weight_t = work(w.bwd, weight_elements);
+    op.casts.weight_once_per_step = p.cache_quantized_weights;
+  }
+
   // A base matmul (trainable when the base is trained) and, on request, its LoRA adapter:
   // a = x A (rows x r), y = base + (alpha / r) a B, both adapter matrices trainable.
   int linear(OpKind kind, const std::string& name, int x, int64_t rows, int64_t in, int64_t out, int32_t num_groups,
@@ -214,6 +237,7 @@ class TapeBuilder {
     const int y = act_tensor(rows, out, adapter ? name + ".base_out" : name + ".out");
     TapeOp base = tag(matmul(kind, name, {x}, y, rows, in, out, matrices, c_.train_base));
     base.swap = swap;
+    add_casts(base, elements(rows, in) / gathered_from(x), elements(rows, out), elements(matrices, in, out));
     t_.add(base);
     if (!adapter) return y;
     const int64_t r = c_.lora_rank;
@@ -243,6 +267,14 @@ class TapeBuilder {
       op.outputs.push_back(copy);
       op.bwd_needs.push_back(copy);
     }
+  }
+
+  // The ranks whose shards the all-gather that produced `tensor` joined, or 1.
+  double gathered_from(int tensor) {
+    const TapeOp& p = last_producer_of(tensor);
+    if (p.op.kind != OpKind::all_gather || p.outputs.empty() || p.outputs.front() != tensor) return 1;
+    if (p.op.group == GroupKind::tp) return static_cast<double>(c_.tp);
+    return p.op.group == c_.expert_tp_group ? static_cast<double>(c_.etp) : 1;
   }
 
   TapeOp& last_producer_of(int tensor) {

@@ -298,6 +298,13 @@ class ScenarioChecker {
     has_peak("/training/precision/compute", t.precision.compute);
     has_peak("/training/precision/attention", attention_dtype(t.precision));
     has_peak("/training/precision/compute", unquantized_dtype(t.precision));
+    const auto only_quantized = [&](bool set, const std::string& path) {
+      if (set && dtype_bytes(t.precision.compute) >= 2) {
+        fail(path, "applies to compute of 8 bits or fewer; compute is " + std::string(enum_name(t.precision.compute)));
+      }
+    };
+    only_quantized(t.precision.quantization.has_value(), "/training/precision/quantization");
+    only_quantized(t.precision.cache_quantized_weights, "/training/precision/cache_quantized_weights");
   }
 
   void check_layers(const std::string& path, const LayerSet& layers) const {

@@ -31,6 +31,16 @@ void declare_fields(F& f, PrecisionSpec& s) {
           "Format attention kernels (flash, sparse, KDA) compute in. Absent: compute, except the activations' "
           "format when compute is 8 bits or fewer: FP8 recipes (Transformer Engine, torchtitan float8) quantise "
           "only the linear layers, and keep attention, the router and the LM head unquantised.");
+  f.maybe("quantization", s.quantization,
+          "How the linear layers' inputs, weights and output gradients are cast to compute when it has 8 bits or "
+          "fewer; the casts are kernels of their own (docs/modelling.md#fp8-casts). tensorwise (absent): dynamic "
+          "per-tensor scaling, a max pass then a cast (torchao float8 tensorwise, Transformer Engine current "
+          "scaling); rowwise: torchao's rowwise recipe; one_pass: one kernel writes both layouts (MXFP8, "
+          "blockwise 1x128 / 128x128, Transformer Engine delayed scaling); fused: no kernels of their own.");
+  f.optional("cache_quantized_weights", s.cache_quantized_weights, false,
+             "With compute of 8 bits or fewer: the weights are cast in micro-batch 0's forward and backward only, and "
+             "the rest of the step reuses them (Transformer Engine's FP8 weight caching, which Megatron-Core drives "
+             "with is_first_microbatch); false: every pass casts them (torchao).");
 }
 
 template <class F>
@@ -465,6 +475,10 @@ Dtype unquantized_dtype(const PrecisionSpec& p) {
 }
 
 Dtype attention_dtype(const PrecisionSpec& p) { return p.attention.value_or(unquantized_dtype(p)); }
+
+QuantizationCasts quantization_casts(const PrecisionSpec& p) {
+  return p.quantization.value_or(QuantizationCasts::tensorwise);
+}
 
 GradientSync resolved_gradient_sync(const FsdpSpec& fsdp, int64_t pipeline_stages) {
   if (fsdp.gradient_sync != GradientSync::automatic) return fsdp.gradient_sync;

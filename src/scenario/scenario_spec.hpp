@@ -42,6 +42,11 @@ enum class ElementwiseExecution { fused, compiled, eager };
 enum class EagerRmsNorm { kernel, composite };
 // Eager RoPE: complex arithmetic (torchtitan, Meta's Llama reference) or real (pairs rotated by hand).
 enum class EagerRope { complex, real };
+// How a linear layer's operands are cast to the compute format when it is 8 bits or fewer
+// (graph/quantize_casts.hpp): a max pass then a cast per tensor (dynamic tensorwise scaling),
+// torchao's rowwise form, one pass writing both layouts (block scales, delayed scaling), or no
+// kernels of their own (fused into the producers).
+enum class QuantizationCasts { tensorwise, rowwise, one_pass, fused };
 enum class RoutingDistribution { uniform, skewed, histogram };
 // What an expert does with assignments beyond its capacity (routing.capacity_factor): drop them,
 // or drop them and pad every expert's input up to the capacity (fixed-shape buffers).
@@ -85,6 +90,8 @@ struct PrecisionSpec {
   Dtype optimizer_states = Dtype::fp32;
   Dtype activations = Dtype::bf16;
   std::optional<Dtype> attention;  // attention kernels' format; absent: see attention_dtype
+  std::optional<QuantizationCasts> quantization;  // compute of 8 bits or fewer only; absent: tensorwise
+  bool cache_quantized_weights = false;  // weights cast once per step (micro-batch 0), not per pass
 };
 
 // The format of the matmuls a low-precision recipe leaves unquantised - the router and the LM
@@ -93,6 +100,8 @@ struct PrecisionSpec {
 Dtype unquantized_dtype(const PrecisionSpec& p);
 // The format attention kernels (flash, sparse, KDA) run in: the scenario's, or unquantized_dtype.
 Dtype attention_dtype(const PrecisionSpec& p);
+// How the linear layers' operands are cast to the compute format: the scenario's, or tensorwise.
+QuantizationCasts quantization_casts(const PrecisionSpec& p);
 
 struct OptimizerSpec {
   OptimizerKind kind = OptimizerKind::adamw;
@@ -445,6 +454,15 @@ struct EnumNames<EagerRope> {
   static constexpr std::array<std::pair<std::string_view, EagerRope>, 2> names{{
       {"complex", EagerRope::complex},
       {"real", EagerRope::real},
+  }};
+};
+template <>
+struct EnumNames<QuantizationCasts> {
+  static constexpr std::array<std::pair<std::string_view, QuantizationCasts>, 4> names{{
+      {"tensorwise", QuantizationCasts::tensorwise},
+      {"rowwise", QuantizationCasts::rowwise},
+      {"one_pass", QuantizationCasts::one_pass},
+      {"fused", QuantizationCasts::fused},
   }};
 };
 template <>

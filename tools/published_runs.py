@@ -159,8 +159,11 @@ How plans are expressed:
   `pp.layers_per_chunk`, as the framework splits them (torchtitan's generated split points, Megatron's
   --pipeline-model-parallel-layout or its embedding/loss accounting).
 - Recompute: none, selective (torchtitan's per-op SAC, Megatron's selective and --recompute-modules) or
-  full. FP8 runs (Float8, FP8 blockwise, MXFP8) use `precision.compute` fp8; fp8 parameter gathers
-  `precision.params` fp8; BF16 optimizer moments `precision.optimizer_states` bf16.
+  full. FP8 runs (Float8, FP8 blockwise, MXFP8) use `precision.compute` fp8 with the casts of their
+  stack (docs/modelling.md#fp8-casts): torchao's Float8 `precision.quantization` tensorwise;
+  Transformer Engine under Megatron (delayed scaling, blockwise, MXFP8) one_pass with
+  `cache_quantized_weights`; fp8 parameter gathers `precision.params` fp8; BF16 optimizer moments
+  `precision.optimizer_states` bf16.
 - MoE routing is uniform (one sampled step, seed 1) for forced-balance, dropless and token-drop runs
   alike.
 - Attention kernel: the hardware file's default (its best current kernel: FlashAttention-3 on H100)

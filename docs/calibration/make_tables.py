@@ -32,40 +32,45 @@ def main(path):
           f"driver {p.get('kernel_driver', '') or p['driver']} (CUDA driver API {p['driver']}), runtime {p['cuda_runtime']}, cuBLASLt {p['cublas']}, NCCL {p['nccl']}; "
           f"{p['date']}; `{p['command']}`; median of {p['repeats']} after {p['warmup']} warm-up; {p['wall_s']:.0f} s.\n")
 
-    print("### GEMM (BF16 in, FP32 accumulate, BF16 out; cuBLASLt)\n")
-    print("| m | n | k | TFLOP/s (heuristic's first choice) | of 989 peak | best of the heuristic's algorithms | heuristic / best | in table |")
-    print("|---:|---:|---:|---:|---:|---:|---:|:---:|")
-    for s in c["kernels"]["gemm"]["samples"]:
-        h, b = s["flops_per_s"], s["best_flops_per_s"]
-        t = "yes" if s.get("in_table", True) else "no"
-        print(f"| {s['m']} | {s['n']} | {s['k']} | {h/1e12:.1f} | {h/PEAK_FLOPS:.2f} | {b/1e12:.1f} | {h/b:.2f} | {t} |")
-    print("\nTable the cost model reads (median per min(m, n, k)):", ", ".join(
-        f"{x:.0f}: {y/1e12:.0f}" for x, y in c["kernels"]["gemm"]["points"]), "TFLOP/s\n")
+    kernels = c.get("kernels", {})  # a file of some parts only (--only) lacks the others
+    if "gemm" in kernels:
+        print("### GEMM (BF16 in, FP32 accumulate, BF16 out; cuBLASLt)\n")
+        print("| m | n | k | TFLOP/s (heuristic's first choice) | of 989 peak | best of the heuristic's algorithms | heuristic / best | in table |")
+        print("|---:|---:|---:|---:|---:|---:|---:|:---:|")
+        for s in kernels["gemm"]["samples"]:
+            h, b = s["flops_per_s"], s["best_flops_per_s"]
+            t = "yes" if s.get("in_table", True) else "no"
+            print(f"| {s['m']} | {s['n']} | {s['k']} | {h/1e12:.1f} | {h/PEAK_FLOPS:.2f} | {b/1e12:.1f} | {h/b:.2f} | {t} |")
+        print("\nTable the cost model reads (median per min(m, n, k)):", ", ".join(
+            f"{x:.0f}: {y/1e12:.0f}" for x, y in kernels["gemm"]["points"]), "TFLOP/s\n")
 
-    print("### Grouped GEMM (14 experts = one EP64 rank of K3, latent width; a loop of cuBLASLt calls)\n")
-    print("| rows per expert | n | k | TFLOP/s | of 989 peak |")
-    print("|---:|---:|---:|---:|---:|")
-    for s in c["kernels"]["grouped_gemm"]["samples"]:
-        print(f"| {s['rows_per_group']} | {s['n']} | {s['k']} | {s['flops_per_s']/1e12:.1f} | {s['flops_per_s']/PEAK_FLOPS:.2f} |")
-    print()
+    if "grouped_gemm" in kernels:
+        print("### Grouped GEMM (14 experts = one EP64 rank of K3, latent width; a loop of cuBLASLt calls)\n")
+        print("| rows per expert | n | k | TFLOP/s | of 989 peak |")
+        print("|---:|---:|---:|---:|---:|")
+        for s in kernels["grouped_gemm"]["samples"]:
+            print(f"| {s['rows_per_group']} | {s['n']} | {s['k']} | {s['flops_per_s']/1e12:.1f} | {s['flops_per_s']/PEAK_FLOPS:.2f} |")
+        print()
 
-    mem = c["kernels"]["memory"]
-    print("### Memory-bound kernels (bytes = read + written)\n")
-    print("| kernel | bytes | time (us) | GB/s | of 4.8 TB/s | of the copy kernel at this size |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for s in mem["samples"]:
-        bw = s["bytes_per_s"]
-        print(f"| {s['kernel']} | {s['bytes']:.3g} | {s['seconds']*1e6:.1f} | {bw/1e9:.0f} | {bw/PEAK_HBM:.2f} | "
-              f"{bw/interp(mem['points'], s['bytes']):.2f} |")
-    print()
+    if "memory" in kernels:
+        mem = kernels["memory"]
+        print("### Memory-bound kernels (bytes = read + written)\n")
+        print("| kernel | bytes | time (us) | GB/s | of 4.8 TB/s | of the copy kernel at this size |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for s in mem["samples"]:
+            bw = s["bytes_per_s"]
+            print(f"| {s['kernel']} | {s['bytes']:.3g} | {s['seconds']*1e6:.1f} | {bw/1e9:.0f} | {bw/PEAK_HBM:.2f} | "
+                  f"{bw/interp(mem['points'], s['bytes']):.2f} |")
+        print()
 
-    print("### Other kernels at K3 shapes (roofline: bytes / copy bandwidth, or FLOPs / 989 TF/s)\n")
-    print("| kernel | time (us) | roofline (us) | achieved / roofline |")
-    print("|---|---:|---:|---:|")
-    for s in c["other_kernels"]:
-        roof = max(s["bytes"] / interp(mem["points"], s["bytes"]), s["flops"] / PEAK_FLOPS)
-        print(f"| {s['kernel']} | {s['seconds']*1e6:.1f} | {roof*1e6:.1f} | {roof/s['seconds']:.2f} |")
-    print()
+    if "memory" in kernels and "other_kernels" in c:
+        print("### Other kernels at K3 shapes (roofline: bytes / copy bandwidth, or FLOPs / 989 TF/s)\n")
+        print("| kernel | time (us) | roofline (us) | achieved / roofline |")
+        print("|---|---:|---:|---:|")
+        for s in c["other_kernels"]:
+            roof = max(s["bytes"] / interp(mem["points"], s["bytes"]), s["flops"] / PEAK_FLOPS)
+            print(f"| {s['kernel']} | {s['seconds']*1e6:.1f} | {roof*1e6:.1f} | {roof/s['seconds']:.2f} |")
+        print()
 
     if "attention" in c:  # format version 2
         print("### Attention kernels (the executor's launches at K3 per-rank heads; FLOP/s of the graph op's own flops, "
@@ -80,13 +85,31 @@ def main(path):
                           f"{rate/peak:.3f} | {s['max_seconds']/s['min_seconds']:.3f} |")
         print()
 
-    print("### Pinned host copies (one direction at a time)\n")
-    print("| bytes | H2D GB/s | D2H GB/s |")
-    print("|---:|---:|---:|")
-    for (x, h2d), (_, d2h) in zip(c["host_copy"]["h2d"]["points"], c["host_copy"]["d2h"]["points"]):
-        print(f"| {x:.0f} | {h2d/1e9:.1f} | {d2h/1e9:.1f} |")
-    print()
+    if "cce" in kernels:
+        print("### CCE loss (the executor's chunked loss through its own launches; FLOP/s of the graph op's own flops)\n")
+        print("| pass | op | hidden size | rows | vocabulary / chunks | time (ms) | TFLOP/s | of 989 peak | max / min of the repeats | in table |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|:---:|")
+        for name, t in kernels["cce"].items():
+            for s in t.get("samples", []):
+                print(f"| {name} | {s['op']} | {s['hidden_size']} | {s['rows']} | {s['vocab']} / {s['chunks']} | "
+                      f"{s['seconds']*1e3:.2f} | {s['flops_per_s']/1e12:.1f} | {s['flops_per_s']/PEAK_FLOPS:.2f} | "
+                      f"{s['max_seconds']/s['min_seconds']:.3f} | {'yes' if s.get('in_table', True) else 'no'} |")
+        print()
+        for name, t in kernels["cce"].items():
+            print(f"Table the cost model reads, {name} (by hidden size):", ", ".join(
+                f"{x:.0f}: {y/1e12:.0f}" for x, y in t["points"]), "TFLOP/s")
+        print()
 
+    if "host_copy" in c:
+        print("### Pinned host copies (one direction at a time)\n")
+        print("| bytes | H2D GB/s | D2H GB/s |")
+        print("|---:|---:|---:|")
+        for (x, h2d), (_, d2h) in zip(c["host_copy"]["h2d"]["points"], c["host_copy"]["d2h"]["points"]):
+            print(f"| {x:.0f} | {h2d/1e9:.1f} | {d2h/1e9:.1f} |")
+        print()
+
+    if not c.get("collectives"):
+        return
     print("### NCCL collectives, bus bandwidth (GB/s, nccl-tests' definition; BF16)\n")
     kinds = list(c["collectives"].keys())
     for n in sorted({g for k in kinds for g in c["collectives"][k]}, key=int):

@@ -20,9 +20,12 @@ namespace moesim {
 //   gemm         kernels.gemm, kernels.grouped_gemm: dense and expert GEMMs
 //   memory       kernels.memory, other_kernels: memory-bound kernels (norms, elementwise, AdamW)
 //   attention    attention: the attention op kinds of a step graph through the executor's launches
+//   loss         kernels.cce: the CCE loss's ops through the executor's launches, by hidden size (a
+//                part of its own, not inside gemm: it times the executor's chunked loss, GEMMs and
+//                softmax kernels together, and can be re-measured and spliced without the GEMM tables)
 //   collectives  collectives: NCCL all-reduce, all-gather, reduce-scatter, all-to-all over sizes
 //   copies       host_copy: pinned host <-> device copies
-inline const std::vector<std::string> kCalibrationFamilies{"gemm", "memory", "attention", "collectives", "copies"};
+inline const std::vector<std::string> kCalibrationFamilies{"gemm", "memory", "attention", "loss", "collectives", "copies"};
 
 struct CalibrateCommand {
   std::string out;      // empty: the JSON goes to stdout and the summary to stderr

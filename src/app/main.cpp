@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
                         "(default: all)");
   calibrate->add_option("--only", calibrate_only,
                         "GPU calibration: measure only these parts, comma-separated: gemm, memory, attention, "
-                        "collectives, copies (default: all)");
+                        "loss, collectives, copies (default: all)");
   auto* validate = app.add_subcommand(
       "validate", "Compare the simulator with a PyTorch profiler trace (--from-trace), or run a scenario on the GPUs "
                   "and in the simulator (CUDA builds); print the errors");

@@ -34,6 +34,17 @@ const CalibrationTable* Calibration::attention_table(OpKind kind, Phase phase) c
   return it == attention.end() ? nullptr : &it->second;
 }
 
+const CalibrationTable* Calibration::cce_table(const Op& op) const {
+  if (op.kind != OpKind::cce_loss) return nullptr;
+  auto it = cce.find(cce_pass_of(op));
+  return it == cce.end() ? nullptr : &it->second;
+}
+
+CcePass cce_pass_of(const Op& op) {
+  if (op.phase != Phase::bwd) return CcePass::forward;  // recompute is the forward launch again
+  return op.trainable_weight ? CcePass::backward : CcePass::backward_frozen;
+}
+
 bool is_calibrated_attention_kind(OpKind kind) {
   return kind == OpKind::flash_attention || kind == OpKind::sparse_attention || kind == OpKind::dsa_indexer ||
          kind == OpKind::indexer_score || kind == OpKind::kda || kind == OpKind::kv_gather;
@@ -141,12 +152,20 @@ Calibration load_calibration(const InputText& input, const json& root) {
   c.file = input.name;
   if (root.contains("kernels")) {
     const json& k = r.object(root["kernels"], "/kernels");
-    r.only_keys(k, "/kernels", {"gemm", "grouped_gemm", "memory"});
+    r.only_keys(k, "/kernels", {"gemm", "grouped_gemm", "memory", "cce"});
     if (k.contains("gemm")) c.gemm_flops_per_s = r.table(k["gemm"], "/kernels/gemm", "min_mnk", "flops_per_s");
     if (k.contains("grouped_gemm")) {
       c.grouped_gemm_flops_per_s = r.table(k["grouped_gemm"], "/kernels/grouped_gemm", "rows_per_group", "flops_per_s");
     }
     if (k.contains("memory")) c.memory_bytes_per_s = r.table(k["memory"], "/kernels/memory", "bytes", "bytes_per_s");
+    if (k.contains("cce")) {
+      // {"forward": table, "backward": table, "backward_frozen": table}: FLOP/s by hidden size.
+      const json& passes = r.object(k["cce"], "/kernels/cce");
+      r.only_keys(passes, "/kernels/cce", {"forward", "backward", "backward_frozen"});
+      for (const auto& [name, t] : passes.items()) {
+        c.cce[*enum_from_name<CcePass>(name)] = r.table(t, pointer_append("/kernels/cce", name), "hidden_size", "flops_per_s");
+      }
+    }
   }
   if (root.contains("host_copy")) {
     const json& h = r.object(root["host_copy"], "/host_copy");

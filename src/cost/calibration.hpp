@@ -8,10 +8,12 @@
 // between them; outside the grid it is clamped to the end value.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -19,6 +21,26 @@
 #include "graph/op.hpp"
 
 namespace moesim {
+
+// The passes of the cut cross-entropy loss (OpKind::cce_loss) as the executor runs them, vocabulary
+// chunk by chunk (src/backend/cuda/op_kernels.cpp, cce()): each has a table of its own.
+//   forward          the fwd and recompute ops (one launch): per chunk the logits GEMM, written to
+//                    HBM, and the log-sum-exp kernel that reads them back
+//   backward         the bwd op of a head that trains: per chunk the softmax gradient (dlogits,
+//                    written to HBM) and the dh and dW GEMMs that read it
+//   backward_frozen  the bwd op of a frozen head (LoRA without an lm_head adapter): dh only
+enum class CcePass : uint8_t { forward, backward, backward_frozen };
+// The pass of a cce_loss op: its phase, and for bwd whether its weight trains.
+CcePass cce_pass_of(const Op& op);
+
+template <>
+struct EnumNames<CcePass> {
+  static constexpr std::array<std::pair<std::string_view, CcePass>, 3> names{{
+      {"forward", CcePass::forward},
+      {"backward", CcePass::backward},
+      {"backward_frozen", CcePass::backward_frozen},
+  }};
+};
 
 class CalibrationTable {
  public:
@@ -54,11 +76,18 @@ struct Calibration {
   // kda), FLOP/s of the op's own `flops` by query rows (op.m), per (kind, backward?): forward
   // covers the fwd and recompute phases, backward the bwd phase.
   std::map<std::pair<OpKind, bool>, CalibrationTable> attention;
+  // kernels/cce: the CCE loss measured whole through the executor's launches, FLOP/s of the op's
+  // own flops by its hidden size (op.k), per pass. The rate rises with the hidden size (each
+  // logit's HBM round trip is a fixed cost, its GEMM work 2 x hidden) and hardly depends on the
+  // vocabulary or TP degree, so one table serves models of any of them (chunks of one width).
+  std::map<CcePass, CalibrationTable> cce;
 
   // The bus-bandwidth table of a collective over n ranks in one scale-up domain, or null.
   const CalibrationTable* collective(OpKind kind, int64_t n) const;
   // The attention table of an op kind in a phase (bwd: backward; fwd, recompute: forward), or null.
   const CalibrationTable* attention_table(OpKind kind, Phase phase) const;
+  // The CCE table of a cce_loss op's pass, or null (the op then stays on the GEMM table or curve).
+  const CalibrationTable* cce_table(const Op& op) const;
 };
 
 // The op kinds an attention table may name (format version 2).

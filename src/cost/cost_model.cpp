@@ -139,6 +139,13 @@ double CostModel::kernel_seconds(const Op& op, double rows_scale) const {
       if (work > 0) return work / att->at(rows) + launch_s;
     }
   }
+  // Calibrated CCE loss (kernels/cce): the executor's chunked loss measured whole - logits GEMMs,
+  // the logits' round trip through HBM, the softmax kernels - at the op's hidden size, for its
+  // pass (forward: fwd and recompute; backward with or without dW). Without that pass's table the
+  // op stays on the GEMM table or curve below, as one fused kernel at GEMM efficiency.
+  if (cal && op.dtype == Dtype::bf16 && flops > 0) {
+    if (const CalibrationTable* cce = cal->cce_table(op)) return flops / cce->at(static_cast<double>(op.k)) + launch_s;
+  }
   double t = 0;
   if (flops > 0) {
     // Calibrated BF16 GEMMs run at the measured FLOP/s for their size measure; the rest on the curve.

@@ -30,6 +30,10 @@
 // Version 2 files may add attention tables (flash_attention, sparse_attention, dsa_indexer,
 // indexer_score, kda; forward and backward apart): t = flops / table(query rows) for BF16 ops of
 // that kind and phase, without the memory term (the measured kernel includes its traffic).
+// A kernels/cce table does the same for the CCE loss by hidden size (op.k), per pass
+// (calibration.hpp, CcePass): t = flops / table(hidden) for fwd and recompute (forward) and bwd
+// (backward, or backward_frozen when the head does not train); a pass the file lacks keeps the
+// GEMM table (or curve) at min(n, k, rows).
 #pragma once
 
 #include <cstdint>

@@ -77,6 +77,7 @@ TraceFit fit_calibration_from_traces(const std::vector<TraceFitSource>& sources,
   Table gemm{"min_mnk", "flops_per_s", true, {}}, grouped{"rows_per_group", "flops_per_s", true, {}};
   Table memory{"bytes", "bytes_per_s", false, {}};
   std::map<std::pair<std::string, std::string>, Table> attention;  // (kind, forward|backward)
+  std::map<std::string, Table> cce;                                // by pass (CcePass)
   std::map<std::pair<std::string, int64_t>, Table> collectives;    // (kind, group size)
   std::vector<std::string> skipped;
   json traces = json::array();
@@ -125,6 +126,15 @@ TraceFit fit_calibration_from_traces(const std::vector<TraceFitSource>& sources,
         tab.measure = "query_rows";
         tab.value = "flops_per_s";
         tab.samples.push_back(s);
+      } else if (bf16 && op.flops > 0 && op.kind == OpKind::cce_loss) {
+        // The loss measured whole at its hidden size, per pass, where the cost model reads it.
+        s.x = static_cast<double>(op.k);
+        s.y = op.flops / work_s;
+        s.work = op.flops;
+        Table& tab = cce[std::string(enum_name(cce_pass_of(op)))];
+        tab.measure = "hidden_size";
+        tab.value = "flops_per_s";
+        tab.samples.push_back(s);
       } else if (bf16 && op.flops > 0 && (curve == CostModel::Curve::gemm || curve == CostModel::Curve::grouped_gemm)) {
         s.x = x;
         s.y = op.flops / work_s;
@@ -161,6 +171,10 @@ TraceFit fit_calibration_from_traces(const std::vector<TraceFitSource>& sources,
   add(kernels, "gemm", gemm, "kernels/gemm");
   add(kernels, "grouped_gemm", grouped, "kernels/grouped_gemm");
   add(kernels, "memory", memory, "kernels/memory");
+  for (const auto& [pass, t] : cce) {
+    if (!kernels.contains("cce")) kernels["cce"] = json::object();
+    add(kernels["cce"], pass, t, "kernels/cce/" + pass);
+  }
   if (!kernels.empty()) root["kernels"] = kernels;
   json att = json::object();
   for (const auto& [key, t] : attention) {

@@ -5,6 +5,7 @@
 //
 //   table                 op                                   x (size measure)     y
 //   kernels/gemm          BF16 gemm, lora_gemm, router, ...    min(m, n, k)         flops / (t - launch)
+//   kernels/cce/PASS      BF16 cce_loss (PASS: CcePass)        hidden size (op.k)   flops / (t - launch)
 //   kernels/grouped_gemm  BF16 grouped_gemm                    rows per group       flops / (t - launch)
 //   attention/KIND/PHASE  BF16 flash_attention, ...            query rows (op.m)    flops / (t - launch)
 //   kernels/memory        every other kernel (norms, elementwise, permute, loss, optimizer)

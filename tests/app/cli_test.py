@@ -271,6 +271,9 @@ if os.path.exists(module):
     if shutil.which("nvidia-smi") is None:  # no GPU here: the GPU commands say so, exit 2
         r = run("calibrate", "--quick")
         expect("calibrate without a GPU exit 2", r.returncode == 2 and "no CUDA device" in r.stderr, r.stderr[-300:])
+        r = run("calibrate", "--only", "loss", "--quick")  # a known part: past the flag check, to the device
+        expect("calibrate --only loss without a GPU exit 2", r.returncode == 2 and "no CUDA device" in r.stderr
+               and "--only" not in r.stderr, r.stderr[-300:])
 
 # calibrate / validate --from-trace (docs/calibration/from-trace.md): CPU-only, end to end on the
 # shipped traces of the harness, in every build.

@@ -5,8 +5,10 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
@@ -14,8 +16,9 @@
 
 #include "core/error.hpp"
 #include "cost/calibration.hpp"
-#include "scenario/scenario_spec.hpp"
 #include "cost/cost_model.hpp"
+#include "graph/step_graph.hpp"
+#include "scenario/scenario_spec.hpp"
 
 using namespace moesim;
 using nlohmann::json;
@@ -308,6 +311,154 @@ TEST_CASE("version 2 attention tables: read, checked, and used per kind and phas
   fp8.dtype = Dtype::fp8;
   CHECK(cost.kernel_seconds(fp8) == doctest::Approx(plain.kernel_seconds(fp8)));
   CHECK(cost.kernel_seconds(attention_op(OpKind::kda, Phase::fwd, 4096, f)) == doctest::Approx(f / 8.5e12 + launch));
+}
+
+namespace {
+
+// kernels/cce: FLOP/s by hidden size per pass, two grid points each (1024 and 8192: 2048 lies a
+// third of the way in log x, so the value there is y0 + (y1 - y0) / 3).
+json cce_calibration() {
+  json j = sample_calibration();
+  const auto tab = [](double y0, double y1) {
+    return json{{"measure", "hidden_size"}, {"value", "flops_per_s"}, {"dtype", "bf16"},
+                {"points", {{1024, y0}, {8192, y1}}}, {"samples", json::array()}};
+  };
+  j["kernels"]["cce"] = {{"forward", tab(300e12, 600e12)}, {"backward", tab(250e12, 550e12)},
+                         {"backward_frozen", tab(200e12, 500e12)}};
+  return j;
+}
+
+// The cce_loss ops of a shipped scenario's rank-0 program, by name (fwd, recompute, bwd; the
+// first micro-batch's).
+std::map<std::string, Op> cce_ops(const char* scenario) {
+  const StepGraph g = build_step_graph(load_scenario(read_input(scenario, "scenarios", "SCENARIO")));
+  const Program& p = g.programs.front();
+  std::map<std::string, Op> out;
+  for (const Op& op : p.ops) {
+    if (op.kind == OpKind::cce_loss) out.try_emplace(p.name_of(op), op);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("kernels/cce tables: read per pass, checked, and used by hidden size for fwd, recompute and bwd") {
+  const Calibration c = load_calibration(text(cce_calibration()));
+  REQUIRE(c.cce.size() == 3);
+  Op op;
+  op.kind = OpKind::cce_loss;
+  op.phase = Phase::fwd;
+  CHECK(cce_pass_of(op) == CcePass::forward);
+  CHECK(c.cce_table(op) == &c.cce.at(CcePass::forward));
+  op.phase = Phase::recompute;  // the forward launch again
+  CHECK(cce_pass_of(op) == CcePass::forward);
+  op.phase = Phase::bwd;
+  CHECK(cce_pass_of(op) == CcePass::backward_frozen);
+  op.trainable_weight = true;
+  CHECK(cce_pass_of(op) == CcePass::backward);
+  CHECK(c.cce_table(op) == &c.cce.at(CcePass::backward));
+  op.kind = OpKind::gemm;
+  CHECK(c.cce_table(op) == nullptr);
+
+  json j = cce_calibration();
+  j["kernels"]["cce"]["recompute"] = j["kernels"]["cce"]["forward"];
+  expect_error(j, "/kernels/cce/recompute", "unknown key");
+  j = cce_calibration();
+  j["kernels"]["cce"]["forward"]["measure"] = "min_mnk";
+  expect_error(j, "/kernels/cce/forward/measure", "hidden_size");
+  j = cce_calibration();
+  j["kernels"]["cce"]["backward"]["value"] = "bytes_per_s";
+  expect_error(j, "/kernels/cce/backward/value", "flops_per_s");
+  j = cce_calibration();
+  j["kernels"]["cce"]["backward_frozen"]["points"][1][1] = 0;
+  expect_error(j, "/kernels/cce/backward_frozen/points/1/1", "positive");
+  j = cce_calibration();
+  j["kernels"]["cce"] = j["kernels"]["cce"]["forward"];  // a table where the passes belong
+  expect_error(j, "/kernels/cce/dtype", "unknown key");
+  j = cce_calibration();
+  j["kernels"]["cce"] = json::array();
+  expect_error(j, "/kernels/cce", "must be an object");
+
+  // The closed form on the graph's own ops: t = flops / table(hidden) + one launch, per pass.
+  const HardwareSpec hw = hardware_with(cce_calibration());
+  const CostModel cost(hw);
+  const double launch = hw.device.kernel_launch_overhead.value;
+  {
+    // Qwen3 slice (hidden 2048, full fine-tuning: the head trains).
+    const auto ops = cce_ops("scenarios/calibration/qwen3-moe-slice-1gpu.json");
+    REQUIRE(ops.size() == 3);
+    const Op& fwd = ops.at("loss.cce");
+    const Op& re = ops.at("loss.cce.recompute");
+    const Op& bwd = ops.at("loss.cce.bwd");
+    CHECK(fwd.k == 2048);
+    CHECK(bwd.trainable_weight);
+    CHECK(cost.kernel_seconds(fwd) == doctest::Approx(fwd.flops / 400e12 + launch).epsilon(1e-12));
+    CHECK(cost.kernel_seconds(re) == doctest::Approx(re.flops / 400e12 + launch).epsilon(1e-12));
+    CHECK(cost.kernel_seconds(bwd) == doctest::Approx(bwd.flops / 350e12 + launch).epsilon(1e-12));
+    CHECK(bwd.flops == doctest::Approx(2 * fwd.flops));  // dh and dW
+  }
+  {
+    // K3 slice (hidden 7168, LoRA without an lm_head adapter: the head is frozen).
+    const auto ops = cce_ops("scenarios/calibration/k3-slice-1gpu.json");
+    const Op& fwd = ops.at("loss.cce");
+    const Op& bwd = ops.at("loss.cce.bwd");
+    CHECK(fwd.k == 7168);
+    CHECK(!bwd.trainable_weight);
+    const double f = std::log(7168.0 / 1024) / std::log(8.0);
+    CHECK(cost.kernel_seconds(fwd) == doctest::Approx(fwd.flops / (300e12 + f * 300e12) + launch).epsilon(1e-12));
+    CHECK(cost.kernel_seconds(bwd) == doctest::Approx(bwd.flops / (200e12 + f * 300e12) + launch).epsilon(1e-12));
+    CHECK(bwd.flops == doctest::Approx(fwd.flops));  // dh only
+  }
+  // Exact at grid points, clamped outside; the rows do not move the rate.
+  Op grid = cce_ops("scenarios/calibration/qwen3-moe-slice-1gpu.json").at("loss.cce");
+  for (const auto& [k, y] : {std::pair{512, 300e12}, std::pair{1024, 300e12}, std::pair{8192, 600e12}, std::pair{16384, 600e12}}) {
+    CAPTURE(k);
+    grid.k = k;
+    CHECK(cost.kernel_seconds(grid) == doctest::Approx(grid.flops / y + launch).epsilon(1e-12));
+    CHECK(cost.kernel_seconds(grid, 0.5) == doctest::Approx(0.5 * grid.flops / y + launch).epsilon(1e-12));
+  }
+  // Other dtypes keep the GEMM path (the tables are BF16).
+  Op fp8 = grid;
+  fp8.dtype = Dtype::fp8;
+  const CostModel without(hardware_with(sample_calibration()));
+  CHECK(cost.kernel_seconds(fp8) == doctest::Approx(without.kernel_seconds(fp8)));
+}
+
+TEST_CASE("without a kernels/cce table (or pass) the CCE ops keep today's cost: the GEMM table at min(n, k, rows)") {
+  // A file with only the forward pass: the bwd ops keep the GEMM table, the fwd ops take the CCE table.
+  json only_forward = cce_calibration();
+  only_forward["kernels"]["cce"].erase("backward");
+  only_forward["kernels"]["cce"].erase("backward_frozen");
+  const HardwareSpec hw = hardware_with(sample_calibration());
+  const CostModel without(hw);
+  const CostModel partial(hardware_with(only_forward));
+  const double launch = hw.device.kernel_launch_overhead.value;
+  const CalibrationTable& gemm_table = *without.calibration()->gemm_flops_per_s;
+  for (const char* scenario : {"scenarios/calibration/qwen3-moe-slice-1gpu.json", "scenarios/calibration/k3-slice-1gpu.json",
+                               "scenarios/calibration/llama-8b-slice-1gpu.json"}) {
+    for (const auto& [name, op] : cce_ops(scenario)) {
+      CAPTURE(scenario);
+      CAPTURE(name);
+      const double x = std::min({static_cast<double>(op.n), static_cast<double>(op.k), static_cast<double>(op.m)});
+      const double today = op.flops / gemm_table.at(x) + launch;
+      CHECK(without.kernel_seconds(op) == doctest::Approx(today).epsilon(1e-12));
+      if (op.phase == Phase::bwd) {
+        CHECK(partial.kernel_seconds(op) == doctest::Approx(today).epsilon(1e-12));
+      } else {
+        CHECK(partial.kernel_seconds(op) != doctest::Approx(today));
+      }
+    }
+  }
+  // A CCE table changes the cost of cce_loss ops and of nothing else.
+  const StepGraph g = build_step_graph(load_scenario(read_input("scenarios/calibration/qwen3-moe-slice-1gpu.json", "scenarios", "S")));
+  const CostModel with(hardware_with(cce_calibration()));
+  int64_t others = 0;
+  for (const Op& op : g.programs.front().ops) {
+    if (op.kind == OpKind::cce_loss || is_communication(op.kind)) continue;
+    CHECK(with.kernel_seconds(op) == without.kernel_seconds(op));
+    ++others;
+  }
+  CHECK(others > 100);
 }
 
 TEST_CASE("version 4 inter-node collective tables: read apart from the ones within a node, checked") {

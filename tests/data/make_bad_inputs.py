@@ -298,6 +298,14 @@ calibration_case("number-1e400", None, "/kernels/gemm/points/0/1", "beyond the r
 calibration_case("deep", None, "/provenance" + "/0" * (DEPTH - 1), "nested more than 128 levels deep", "crash",
                  raw=replace_once(json.dumps(mutate(calibration, setp("/provenance", "DEEP")), indent=1), '"DEEP"', deep))
 calibration_case("group-size", mutate(calibration, lambda d: d["collectives"]["all_reduce"].update({"99999999999": d["collectives"]["all_reduce"]["2"]})), "/collectives/all_reduce/99999999999", "group sizes are integers >= 2 and at most 1048576", "absurd")
+# kernels/cce (the CCE loss by hidden size, per pass): one mistake each in a file that has the table.
+# The rates are placeholders, not measurements: only the shape of the table matters here.
+cce_table = {"measure": "hidden_size", "value": "flops_per_s", "dtype": "bf16", "points": [[1024, 3e14], [8192, 6e14]]}
+with_cce = mutate(calibration, lambda d: d["kernels"].update(cce={"forward": copy.deepcopy(cce_table), "backward": copy.deepcopy(cce_table)}))
+calibration_case("cce-pass", mutate(with_cce, setp("/kernels/cce/recompute", cce_table)), "/kernels/cce/recompute", "unknown key (known: backward, backward_frozen, forward)", "schema")
+calibration_case("cce-measure", mutate(with_cce, setp("/kernels/cce/forward/measure", "min_mnk")), "/kernels/cce/forward/measure", 'must be "hidden_size"', "schema")
+calibration_case("cce-value", mutate(with_cce, setp("/kernels/cce/backward/points/1/1", 0)), "/kernels/cce/backward/points/1/1", "the value must be positive and finite", "location")
+calibration_case("cce-unsorted", mutate(with_cce, setp("/kernels/cce/forward/points/1/0", 512)), "/kernels/cce/forward/points/1/0", "measures must increase strictly", "location")
 sc_rel = "support/scenario-bad-calibration.json"
 write_support(sc_rel, mutate(scenario, lambda d: d.update(hardware="hw-bad-table.json", num_devices=8) or d["parallel"]["fsdp"].update(shard=8) or d["parallel"].update(ep=8) or d["batch"].update(global_batch_size=16)))
 cli("scenario-info-bad-calibration", ["scenario", "info", sc_rel], "calibration/bad-table.json: /kernels/gemm/points/0/1: ", "the value must be positive and finite", "location")
@@ -474,6 +482,8 @@ for flag, value, message in [("--tokens", "nan", "must be a positive number of a
     args = ["plan", "devices", "k3-lora-fsdp2-ep64", "--tokens", "1e12", "--days", "30"]
     args[args.index(flag) + 1] = value
     cli(f"flag{flag}-{value}", args, flag + ": ", message, "absurd")
+cli("calibrate-only-unknown", ["calibrate", "--only", "loss,cross-entropy"], "--only: ",
+    "'cross-entropy' is not a calibration family (one of: gemm, memory, attention, loss, collectives, copies)", "location")
 cli("graph-unknown-subcommand", ["graph", "frobnicate"], "graph: ", "'frobnicate' is not a subcommand (one of: stats, export, import)", "location")
 cli("model-no-subcommand", ["model"], "model: ", "a subcommand is required (one of: info)", "location")
 cli("steps-1e6", ["simulate", "--steps", "1000000"], "--steps", "", "unbounded")

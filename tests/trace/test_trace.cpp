@@ -293,6 +293,64 @@ TEST_CASE("the fit: the fitted calibration gives back the measured time of the o
   }
 }
 
+TEST_CASE("the fit: CCE loss ops go to kernels/cce by pass at their hidden size and get their measured time back") {
+  // Measured times of the CCE ops alone (no shipped trace has a CCE loss): the Qwen3 slice's head
+  // trains (backward), the K3 slice's is frozen under LoRA (backward_frozen).
+  for (const auto& [file, hidden, bwd_pass] : {std::tuple{"scenarios/calibration/qwen3-moe-slice-1gpu.json", 2048, "backward"},
+                                               std::tuple{"scenarios/calibration/k3-slice-1gpu.json", 7168, "backward_frozen"}}) {
+    CAPTURE(file);
+    const Scenario s = load_scenario(read_input(file, "scenarios", "SCENARIO"));
+    const StepGraph g = build_step_graph(s);
+    const Program& p = g.programs[0];
+    const CostModel cost(s.hardware);
+    TraceMatch m;
+    m.trace_file = "cce.json";
+    const std::map<std::string, double> per_op = {{"loss.cce", 0.010}, {"loss.cce.recompute", 0.011}, {"loss.cce.bwd", 0.019}};
+    for (const Op& op : p.ops) {
+      if (op.kind != OpKind::cce_loss) continue;
+      OpMeasure& o = m.ops[p.name_of(op)];
+      o.name = p.name_of(op);
+      o.kind = op.kind;
+      o.phase = op.phase;
+      ++o.num_ops;
+      o.seconds += per_op.at(o.name);
+      o.num_kernels += 2 * op.num_groups;
+    }
+    REQUIRE(m.ops.size() == 3);
+    const TraceFit fit = fit_calibration_from_traces({{&m, &g, &cost, "cce"}}, "test");
+    const nlohmann::json j = nlohmann::json::parse(fit.json);
+    CHECK(!j["kernels"].contains("gemm"));  // not on the GEMM table any more
+    REQUIRE(j["kernels"]["cce"].contains("forward"));
+    REQUIRE(j["kernels"]["cce"].contains(bwd_pass));
+    CHECK(j["kernels"]["cce"].size() == 2);
+    CHECK(j["kernels"]["cce"]["forward"]["measure"] == "hidden_size");
+    CHECK(j["kernels"]["cce"]["forward"]["points"].size() == 1);
+    CHECK(j["kernels"]["cce"]["forward"]["points"][0][0] == hidden);
+    CHECK(j["kernels"]["cce"][bwd_pass]["points"][0][0] == hidden);
+
+    Scenario fitted_s = s;
+    fitted_s.hardware.calibration_input = InputText{"fitted.json", fit.json, false};
+    fitted_s.hardware.calibration_json = std::make_shared<const nlohmann::json>(j);
+    const CostModel fitted(fitted_s.hardware);
+    // The forward point holds the fwd and recompute ops together (their summed time); bwd its own.
+    double fwd_measured = 0, fwd_predicted = 0;
+    for (const auto& [name, o] : m.ops) {
+      const Op* op = nullptr;
+      for (const Op& x : p.ops) {
+        if (p.name_of(x) == name) op = &x;
+      }
+      REQUIRE(op != nullptr);
+      if (op->phase == Phase::bwd) {
+        CHECK(fitted.kernel_seconds(*op) == doctest::Approx(o.per_op_seconds()).epsilon(1e-12));
+      } else {
+        fwd_measured += o.per_op_seconds();
+        fwd_predicted += fitted.kernel_seconds(*op);
+      }
+    }
+    CHECK(fwd_predicted == doctest::Approx(fwd_measured).epsilon(1e-12));
+  }
+}
+
 TEST_CASE("collectives: NCCL kernels go to the scenario's collectives of their kind in issue order") {
   // The dense slice over 2 ranks (FSDP2 shard 2): rank 0's all-gathers and reduce-scatters get one
   // synthetic NCCL kernel each, in program order, plus one all-gather too many.

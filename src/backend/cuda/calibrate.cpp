@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cuda/buffer.hpp"
+#include "backend/cuda/calibrate_cce.hpp"
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/collective_table.hpp"
 #include "backend/cuda/device.hpp"
@@ -790,6 +791,7 @@ CalibrationRun run_calibration(const CalibrateOptions& options, Distributed& job
       if (wants("copies")) host = bench_host_copy(cx);
     }
     if (wants("attention")) attention = bench_attention(cx);
+    if (wants("loss")) kernels["cce"] = bench_cce({cx.stream, cx.opt.quick, cx.opt.log}, cx.summary);
     MOESIM_CUDA_CHECK(cudaStreamSynchronize(cx.stream));
     MOESIM_CUDA_CHECK(cudaStreamDestroy(cx.stream));
   }

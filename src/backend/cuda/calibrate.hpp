@@ -4,7 +4,8 @@
 // memory-bound kernels, pinned host copies, NCCL collectives over sizes and group sizes
 // (algbw and busbw as nccl-tests defines them), and the attention op kinds of a K3 step graph
 // (sparse attention, lightning indexer, KDA; forward and backward) launched through the executor's
-// launch_op at 2048-32768 tokens, as FLOP/s of each graph op's own flops. The result is a calibration file in the format of
+// launch_op at 2048-32768 tokens, as FLOP/s of each graph op's own flops, and the CCE loss the same
+// way at a grid of hidden sizes (calibrate_cce.hpp). The result is a calibration file in the format of
 // docs/calibration/format.md, which src/cost/calibration.hpp reads.
 //
 // Timing: CUDA events after warm-up, the median of many repeats, inputs drawn from a pool much
@@ -22,7 +23,7 @@ namespace moesim::cuda {
 struct CalibrateOptions {
   bool quick = false;   // a coarse grid and fewer repeats (a smoke test of the whole path)
   int num_devices = 0;  // the first N visible GPUs (0: all); collectives over 2, 4, ... and N of them
-  // Parts to measure (empty: all): gemm, memory, attention, collectives, copies
+  // Parts to measure (empty: all): gemm, memory, attention, loss, collectives, copies
   // (app/calibrate_command.hpp says which tables each writes).
   std::set<std::string> only;
   std::string attention_scenario;  // scenario whose attention ops are timed (empty: the K3 slice)

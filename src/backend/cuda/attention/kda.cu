@@ -280,21 +280,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     __syncthreads();     // every warp has read S (and Gamma Q, Aqk) before the update
     if (kForward && n + 1 < nc) load_b(n + 1);
     cp_async_commit();
-    for (int job = warp; job < 16; job += kWarps) {
-      const int sm = job / 2, sn = job % 2;
-      float* st = sf + sm * 16 * kLdSf + sn * 16;
-      for (int e = lane; e < 256; e += 32) st[(e / 16) * kLdSf + e % 16] *= lam[sm * 16 + e / 16];
-      __syncwarp();
-      FragC acc;
-      wmma::load_matrix_sync(acc, st, kLdSf, wmma::mem_row_major);
-      mma_range<Col, Row>(acc, kgt, kLdK, db, kLdS, sm, sn, 0, kC);
-      wmma::store_matrix_sync(st, acc, kLdSf, wmma::mem_row_major);
-      __syncwarp();
-      for (int e = lane; e < 256; e += 32) {
-        const int r = e / 16, cc = e % 16;
-        sb[(sm * 16 + r) * kLdS + sn * 16 + cc] = as_bf(st[r * kLdSf + cc]);
-      }
-    }
+    decay_and_add(sf, sb, lam, warp, lane, [&](FragC& acc, int sm, int sn) {
+      mma_range<Col, Row>(acc, kgt, kLdK, db, kLdS, sm, sn, 0, kC);  // + Kg^T D
+    });
   }
 }
 

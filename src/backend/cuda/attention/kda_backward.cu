@@ -89,22 +89,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     __syncthreads();     // dD is complete; Aqk, Kg and the other dO buffer are free
     if (n > 0) load_a(n - 1);
     cp_async_commit();
-    for (int job = warp; job < 16; job += kWarps) {
-      const int sm = job / 2, sn = job % 2;
-      float* st = sf + sm * 16 * kLdSf + sn * 16;
-      for (int e = lane; e < 256; e += 32) st[(e / 16) * kLdSf + e % 16] *= lam[sm * 16 + e / 16];
-      __syncwarp();
-      FragC acc;
-      wmma::load_matrix_sync(acc, st, kLdSf, wmma::mem_row_major);
-      mma_range<Col, Row>(acc, gqt, kLdK, dob, kLdS, sm, sn, 0, kC);
-      mma_range<Col, Row>(acc, wt, kLdK, ndb, kLdS, sm, sn, 0, kC);
-      wmma::store_matrix_sync(st, acc, kLdSf, wmma::mem_row_major);
-      __syncwarp();
-      for (int e = lane; e < 256; e += 32) {
-        const int r = e / 16, cc = e % 16;
-        sb[(sm * 16 + r) * kLdS + sn * 16 + cc] = as_bf(st[r * kLdSf + cc]);
-      }
-    }
+    decay_and_add(sf, sb, lam, warp, lane, [&](FragC& acc, int sm, int sn) {
+      mma_range<Col, Row>(acc, gqt, kLdK, dob, kLdS, sm, sn, 0, kC);  // + (Gamma Q)^T dO
+      mma_range<Col, Row>(acc, wt, kLdK, ndb, kLdS, sm, sn, 0, kC);   // - W^T dD
+    });
   }
 }
 

@@ -81,6 +81,31 @@ __device__ __forceinline__ void mma_range(FragC& acc, const bf16* a, int lda, co
   }
 }
 
+// The state update both passes end a chunk with, over a block's [dk][kSlice] slice: each warp
+// takes 16x16 tiles of the FP32 state sf, scales them by the chunk's decay (S <- Diag(lam) S, lam
+// exp(G_last) per key row), adds `products(acc, tile_row, tile_col)` (the pass's tile products),
+// and refreshes the BF16 copy sb the next chunk's products read.
+template <class Products>
+__device__ __forceinline__ void decay_and_add(float* sf, bf16* sb, const float* lam, int warp, int lane,
+                                              Products&& products) {
+  constexpr int kTileCols = kSlice / 16;
+  for (int job = warp; job < (kDk / 16) * kTileCols; job += kWarps) {
+    const int sm = job / kTileCols, sn = job % kTileCols;
+    float* st = sf + sm * 16 * kLdSf + sn * 16;
+    for (int e = lane; e < 256; e += 32) st[(e / 16) * kLdSf + e % 16] *= lam[sm * 16 + e / 16];
+    __syncwarp();
+    FragC acc;
+    wmma::load_matrix_sync(acc, st, kLdSf, wmma::mem_row_major);
+    products(acc, sm, sn);
+    wmma::store_matrix_sync(st, acc, kLdSf, wmma::mem_row_major);
+    __syncwarp();
+    for (int e = lane; e < 256; e += 32) {
+      const int r = e / 16, cc = e % 16;
+      sb[(sm * 16 + r) * kLdS + sn * 16 + cc] = as_bf(st[r * kLdSf + cc]);
+    }
+  }
+}
+
 // 16 bytes global -> shared without a register round trip (cp.async): every load of a kernel's
 // prologue is in flight at once, where a loop of load-then-store waits out one memory latency
 // (about a microsecond) per iteration. Complete at cp_async_wait_all(), then a barrier.

@@ -357,6 +357,7 @@ StepGraph apply_fusions(const StepGraph& graph, const std::vector<FusionChain>& 
   out.seq_len = graph.seq_len;
   out.allocator_fragmentation = graph.allocator_fragmentation;
   out.host_op_issue_s = graph.host_op_issue_s;
+  out.host_kernel_issue_s = graph.host_kernel_issue_s;
   out.expert_dispatch = graph.expert_dispatch;
   for (size_t pi = 0; pi < graph.programs.size(); ++pi) {
     out.programs.push_back(per[pi].empty() ? graph.programs[pi] : fuse_program(graph.programs[pi], per[pi]));

@@ -16,6 +16,7 @@
 #include "core/output_file.hpp"
 #include "cost/calibration.hpp"
 #include "engine/engine.hpp"
+#include "trace/host_fit.hpp"
 #include "trace/kineto_trace.hpp"
 #include "trace/trace_fit.hpp"
 #include "trace/trace_match.hpp"
@@ -101,6 +102,27 @@ std::string match_summary(const TraceMatch& m) {
   return out;
 }
 
+const Program& traced_program(const Matched& m) {
+  return m.graph.programs[static_cast<size_t>(m.graph.plan.program_of(m.match.rank))];
+}
+
+// The host's pace in the trace, as the scenario's host fields (host_fit.hpp).
+std::string host_fields(const HostPaceFit& f) {
+  return "\"host\": {\"op_issue\": \"" + fmt("%.1f us", f.op_issue_s * 1e6) + "\", \"kernel_issue\": \"" +
+         fmt("%.1f us", f.kernel_issue_s * 1e6) + "\"}";
+}
+
+nlohmann::json host_json(const HostPaceFit& f, const TraceMatch& t, const StepGraph& g) {
+  double launch_span = 0;
+  for (const StepMeasure& s : t.steps) launch_span += s.launch_span_s / std::max(1.0, t.num_steps());
+  return {{"launch_span_s", launch_span},          {"launches_per_step", t.launches_per_step},
+          {"host_s", t.host_s},                    {"blocked_s", t.host_blocked_s},
+          {"num_ops", f.num_ops},                  {"num_kernels", f.num_kernels},
+          {"fitted_op_issue_s", f.op_issue_s},     {"fitted_kernel_issue_s", f.kernel_issue_s},
+          {"kernel_identified", f.kernel_identified}, {"rms_residual_s", f.rms_residual_s},
+          {"scenario_op_issue_s", g.host_op_issue_s}, {"scenario_kernel_issue_s", g.host_kernel_issue_s}};
+}
+
 nlohmann::json match_json(const TraceMatch& m) {
   nlohmann::json j;
   j["trace"] = m.trace_file;
@@ -143,6 +165,12 @@ std::string run_calibrate_from_trace(const TraceCommand& c) {
   std::string summary = "calibrate --from-trace:\n";
   for (const auto& m : matched) summary += match_summary(m->match);
   summary += fit.summary;
+  // The host's pace belongs to the traced job, not to the hardware: printed for its scenario.
+  for (const auto& m : matched) {
+    const HostPaceFit h = fit_host_pace(host_pace_rows(m->match, traced_program(*m)));
+    summary += "  host pace of " + m->match.trace_file + " (for its scenario, not in the calibration file): " +
+               host_fields(h) + (h.kernel_identified ? "" : " (kernel_issue not identified)") + "\n";
+  }
   if (c.out.empty()) {
     std::fputs(summary.c_str(), stderr);
     return fit.json;
@@ -166,7 +194,8 @@ std::string run_validate_from_trace(const TraceCommand& c) {
   eo.rank_speed = rank_speeds(m.scenario.spec);
   const StepResult r = engine.run(eo);
   const int64_t rank = t.rank;
-  const Program& p = m.graph.programs[static_cast<size_t>(m.graph.plan.program_of(rank))];
+  const Program& p = traced_program(m);
+  const HostPaceFit host = fit_host_pace(host_pace_rows(t, p));
 
   // Predicted time per op name on the trace's rank.
   std::map<std::string, double> predicted;
@@ -177,6 +206,7 @@ std::string run_validate_from_trace(const TraceCommand& c) {
   // Per family and per folded op name.
   struct Pair {
     double measured = 0, predicted = 0;
+    double host = 0, num_ops = 0;  // per op name: the host's time on its ops (trace), and how many
   };
   std::map<std::string, Pair> families, folded;
   for (const auto& [name, o] : t.ops) {
@@ -187,8 +217,11 @@ std::string run_validate_from_trace(const TraceCommand& c) {
     if (o.num_kernels == 0 && o.ranges_per_step == 0) continue;
     families[fam].measured += o.seconds;
     families[fam].predicted += pr;
-    folded[fold_layer(name)].measured += o.seconds;
-    folded[fold_layer(name)].predicted += pr;
+    Pair& f = folded[fold_layer(name)];
+    f.measured += o.seconds;
+    f.predicted += pr;
+    f.host += o.host_s;
+    f.num_ops += static_cast<double>(o.num_ops);
   }
   double unmatched_s = 0;
   for (const Unmatched& u : t.unmatched) unmatched_s += u.seconds;
@@ -232,6 +265,7 @@ std::string run_validate_from_trace(const TraceCommand& c) {
                           {"error", mem_err},
                           {"pass", std::fabs(mem_err) <= kStepTarget}};
     }
+    j["host"] = host_json(host, t, m.graph);
     j["unmatched_seconds"] = unmatched_s;
     j["families"] = nlohmann::json::array();
     for (const auto& [name, f] : fam_rows) {
@@ -242,7 +276,8 @@ std::string run_validate_from_trace(const TraceCommand& c) {
     j["ops"] = nlohmann::json::array();
     for (const auto& [name, f] : op_rows) {
       j["ops"].push_back({{"name", name}, {"measured_s", f.measured}, {"predicted_s", f.predicted},
-                          {"error", error_of(f.predicted, f.measured)}});
+                          {"error", error_of(f.predicted, f.measured)}, {"num_ops", f.num_ops},
+                          {"measured_host_s", f.host}});
     }
     return j.dump(2) + "\n";
   }
@@ -263,15 +298,17 @@ std::string run_validate_from_trace(const TraceCommand& c) {
     out += "                 the GPU idles " + fmt("%.0f%%", 100 * (1 - meas_busy / meas_step)) +
            " of the measured step (host-bound launches?)\n";
   }
-  // The host's pace: the step's launches over the program's ops, what scenario host.op_issue
-  // states (docs/modelling.md, "The host issuing ops").
+  // The host's pace: its time on the scenario's ops, and the scenario's host fields fitted to it
+  // (host_fit.hpp; docs/modelling.md, "The host issuing ops").
   double launch_span = 0;
   for (const StepMeasure& s : t.steps) launch_span += s.launch_span_s / std::max(1.0, t.num_steps());
-  if (p.ops.size() > 1) {
-    out += "  host           launches span " + fmt("%.4f s", launch_span) + " per step: " +
-           fmt("%.0f us", launch_span / static_cast<double>(p.ops.size() - 1) * 1e6) + " per op of the scenario's " +
-           std::to_string(p.ops.size()) + " (host.op_issue " + fmt("%.0f us", m.graph.host_op_issue_s * 1e6) + ")\n";
-  }
+  out += "  host           launches span " + fmt("%.4f s", launch_span) + " per step (" +
+         fmt("%.0f", t.launches_per_step) + " launch calls); the host's time on the scenario's " +
+         fmt("%.0f", host.num_ops) + " ops (" + fmt("%.0f", host.num_kernels) + " kernels in the graph) " +
+         fmt("%.4f s", t.host_s) + (t.host_blocked_s > 0 ? ", " + fmt("%.4f s", t.host_blocked_s) + " waiting in synchronous copies left out" : "") +
+         "\n                 fitted " + host_fields(host) + (host.kernel_identified ? "" : " (kernel_issue not identified)") +
+         fmt(", rms %.0f us per op", host.rms_residual_s * 1e6) + "; the scenario's: op_issue " +
+         fmt("%.1f us", m.graph.host_op_issue_s * 1e6) + ", kernel_issue " + fmt("%.1f us", m.graph.host_kernel_issue_s * 1e6) + "\n";
   if (has_memory) {
     out += "  peak memory    allocated " + fmt("%.3f GB", t.peak_allocated_bytes / 1e9) + " (reserved " +
            fmt("%.3f GB", t.peak_reserved_bytes / 1e9) + "), predicted tensors " + fmt("%.3f GB", pred_tensors / 1e9) +

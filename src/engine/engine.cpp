@@ -28,6 +28,25 @@ Picoseconds to_ps(double seconds) { return static_cast<Picoseconds>(std::llround
 // so is every duration added to one, so their sum stays far below int64's 9.2e18 ps.
 constexpr Picoseconds kClockEnd = static_cast<Picoseconds>(limits::kMaxSimulatedSeconds * 1e12);
 
+// When the host issues each op of `p` (StepGraph::host_op_issue_s, host_kernel_issue_s): in
+// program order, spending op_issue + kernels x kernel_issue on each, so op i is issued at
+// sum over j < i of (op_issue + num_kernels(j) x kernel_issue), op 0 at 0. Integer picoseconds
+// per op, so the sum is exact (i x op_issue when kernel_issue is 0); it saturates just past the
+// clock's end, where make_ready refuses the step.
+std::vector<Picoseconds> host_issue_times(const Program& p, Picoseconds op_issue, Picoseconds kernel_issue) {
+  std::vector<Picoseconds> out(p.ops.size(), 0);
+  if (op_issue == 0 && kernel_issue == 0) return out;
+  Picoseconds t = 0;
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    out[i] = t;
+    const auto kernels = static_cast<Picoseconds>(std::max(p.ops[i].num_kernels, 0));
+    // t, op_issue (<= 1 s) and the kernels' time, capped at the clock, add up far below int64's end.
+    const Picoseconds launches = kernels > 0 && kernel_issue > kClockEnd / kernels ? kClockEnd : kernels * kernel_issue;
+    t = std::min(t + op_issue + launches, kClockEnd + 1);
+  }
+  return out;
+}
+
 std::array<GroupPlacement, kNumGroupKinds> group_placements(const ParallelPlan& plan, int64_t domain_size) {
   std::array<GroupPlacement, kNumGroupKinds> placement{};
   for (const auto& [name, kind] : EnumNames<GroupKind>::names) {
@@ -51,7 +70,8 @@ struct Engine::Impl {
   // first use and kept for every slot and sampled step (NaN: not yet). Only MoE ops scaled by a
   // routing draw ask the cost model again.
   std::vector<std::vector<double>> nominal_kernel_s;
-  Picoseconds host_issue = 0;  // the host's time to issue one op (make_ready)
+  // Per program, per op: when the host issues it (host_issue_times; make_ready).
+  std::vector<std::vector<Picoseconds>> issue_at;
 
   // ---- per-run state ----
   EngineOptions opt;
@@ -86,13 +106,13 @@ struct Engine::Impl {
         num_ranks(graph.plan.num_ranks()),
         domain_size(c.hardware().fabric.scale_up.domain_size),
         placement(group_placements(graph.plan, domain_size)),
-        host_issue(to_ps(graph.host_op_issue_s)),
         slots(graph.plan),
         loads(graph, slots, placement[static_cast<size_t>(GroupKind::ep)]),
         network(graph.plan, c) {
     for (const Program& p : g.programs) {
       index.emplace_back(p);
       nominal_kernel_s.emplace_back(p.ops.size(), std::numeric_limits<double>::quiet_NaN());
+      issue_at.push_back(host_issue_times(p, to_ps(g.host_op_issue_s), to_ps(g.host_kernel_issue_s)));
     }
     rank_program.resize(static_cast<size_t>(num_ranks));
     for (int64_t r = 0; r < num_ranks; ++r) rank_program[static_cast<size_t>(r)] = static_cast<int32_t>(g.plan.program_of(r));
@@ -133,12 +153,17 @@ struct Engine::Impl {
     return finish_run();
   }
 
-  // The host issues a rank's ops in program order, one every host_issue (StepGraph::host_op_issue_s),
-  // and never waits for the GPU: op i is issued at i x host_issue, and an op whose dependencies
-  // are done starts then at the earliest. 0: the host is always ahead.
+  // The host issues a rank's ops in program order and never waits for the GPU (issue_at): an op
+  // whose dependencies are done starts at its issue at the earliest. Issue times of 0 (no host
+  // cost): the host is always ahead.
   void make_ready(int32_t slot, uint32_t op_index, Picoseconds t) {
-    const Picoseconds issued = host_issue * static_cast<Picoseconds>(op_index);
+    const Picoseconds issued = issue_at[static_cast<size_t>(program_of(slot).stage)][op_index];
     if (issued > t) {
+      if (issued > kClockEnd) {
+        char shown[32];
+        std::snprintf(shown, sizeof shown, "%g s", static_cast<double>(issued) * 1e-12);
+        past_clock_end(slot, op_index, "is issued by the host after", shown);
+      }
       schedule(issued, EventKind::op_issued, slot, op_index);
       return;
     }
@@ -312,13 +337,17 @@ struct Engine::Impl {
       const Picoseconds end = t + to_ps(seconds);  // t <= kClockEnd: no overflow
       if (end <= kClockEnd) return end;
     }
-    const Program& p = program_of(slot);
     char shown[64];
     std::snprintf(shown, sizeof shown, "%g s from %g s", seconds, static_cast<double>(t) * 1e-12);
+    past_clock_end(slot, op_index, "takes", shown);
+  }
+
+  [[noreturn]] void past_clock_end(int32_t slot, uint32_t op_index, const std::string& what, const std::string& shown) const {
+    const Program& p = program_of(slot);
     throw InputError(g.source.empty() ? g.scenario : g.source, "",
                      "the simulated step would last more than " + std::to_string(static_cast<int64_t>(limits::kMaxSimulatedSeconds)) +
                          " s, moesim's limit (docs/limits.md): op " + p.names[p.ops[op_index].name] + " of rank " +
-                         std::to_string(slots.rank_of(slot)) + " takes " + shown);
+                         std::to_string(slots.rank_of(slot)) + " " + what + " " + shown);
   }
 
   const Program& program_of(int32_t slot) const {
@@ -434,7 +463,7 @@ struct Engine::Impl {
     r.ended = &ended;
     r.state = &state;
     r.slot_end = &slot_end;
-    r.host_issue = host_issue;
+    for (int32_t s = 0; s < slots.num_slots(); ++s) r.issue_at.push_back(&issue_at[static_cast<size_t>(program_of(s).stage)]);
     r.group_slots = [this](int32_t slot, GroupKind kind) {
       std::vector<int32_t> out;
       slots.for_each_group_slot(slot, kind, [&](int32_t s) { out.push_back(s); });

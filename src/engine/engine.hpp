@@ -22,8 +22,9 @@
 //     each), and pipeline sends/receives on a queue per direction; so an FSDP all-gather, an EP
 //     all-to-all and a swap copy overlap one another;
 //   - an op starts when the op before it on its queue and its explicit dependencies are done, and
-//     not before the host issued it: the host issues a rank's ops in program order, one every
-//     StepGraph::host_op_issue_s (scenario host.op_issue), without waiting for the GPU;
+//     not before the host issued it: the host issues a rank's ops in program order without
+//     waiting for the GPU, spending StepGraph::host_op_issue_s + the op's kernels x
+//     host_kernel_issue_s on each (scenario host.op_issue, host.kernel_issue);
 //   - a collective starts when every member of its group has reached it (rendezvous.hpp), a send
 //     when its receive is posted and vice versa;
 //   - after its latency, a transfer is a flow over shared resources of capacity 1 (max_min.hpp):

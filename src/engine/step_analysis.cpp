@@ -122,9 +122,9 @@ std::pair<Picoseconds, TimeByName> exposed_time(const RunRecord& run, int32_t sl
         if (blocker < 0 || en[d] > en[static_cast<size_t>(blocker)]) blocker = d;
       }
       // An op the host issued after its dependencies were done started at its issue.
-      const Picoseconds issued = run.host_issue * static_cast<Picoseconds>(i);
+      const Picoseconds issued = (*run.issue_at[static_cast<size_t>(slot)])[i];
       const Picoseconds done = std::max(cursor, blocker < 0 ? cursor : en[static_cast<size_t>(blocker)]);
-      const Picoseconds host_wait = run.host_issue > 0 && st[i] == issued && issued > done ? issued - done : 0;
+      const Picoseconds host_wait = st[i] == issued && issued > done ? issued - done : 0;
       const Picoseconds waited = st[i] - cursor - host_wait;
       if (waited > 0) by_cause[blocker < 0 ? "other" : cause_of(p.ops[static_cast<size_t>(blocker)])] += waited;
       if (host_wait > 0) by_cause["host"] += host_wait;

@@ -30,7 +30,9 @@ struct RunRecord {
   const std::vector<std::vector<Picoseconds>>* ended = nullptr;
   const std::vector<std::vector<OpState>>* state = nullptr;
   const std::vector<Picoseconds>* slot_end = nullptr;  // when each slot's last op ended
-  Picoseconds host_issue = 0;  // the host's time per op (StepGraph::host_op_issue_s); op i is issued at i x this
+  // When the host issued each op (per slot, per op; all 0 when the host costs nothing): the
+  // engine's host_issue_times, from StepGraph::host_op_issue_s and host_kernel_issue_s.
+  std::vector<const std::vector<Picoseconds>*> issue_at;
   // The slots standing for `slot`'s group of `kind` (its members, or their classes).
   std::function<std::vector<int32_t>(int32_t slot, GroupKind kind)> group_slots;
 };

@@ -782,6 +782,10 @@ std::string export_graph_json(const StepGraph& g) {
     w.raw(",\n  \"host_op_issue_s\": ");
     w.number(g.host_op_issue_s, "host_op_issue_s");
   }
+  if (g.host_kernel_issue_s > 0) {  // written only when not the default
+    w.raw(",\n  \"host_kernel_issue_s\": ");
+    w.number(g.host_kernel_issue_s, "host_kernel_issue_s");
+  }
   if (g.expert_dispatch != ExpertDispatch::direct) {  // written only when not the default
     w.raw(",\n  \"expert_dispatch\": ");
     w.string(enum_name(g.expert_dispatch));
@@ -833,6 +837,9 @@ StepGraph import_graph_json(const std::string& text, const std::string& file) {
     g.allocator_fragmentation = r.amount(*j, top.at("allocator_fragmentation"), 1);  // as the scenario's field
   }
   if (const json* j = o.find("host_op_issue_s")) g.host_op_issue_s = r.amount(*j, top.at("host_op_issue_s"), limits::kMaxLatency);
+  if (const json* j = o.find("host_kernel_issue_s")) {
+    g.host_kernel_issue_s = r.amount(*j, top.at("host_kernel_issue_s"), limits::kMaxLatency);
+  }
   if (const json* j = o.find("expert_dispatch")) g.expert_dispatch = r.name<ExpertDispatch>(*j, top.at("expert_dispatch"));
   read_routing(r, o.need("routing"), top.at("routing"), mesh, g);
 
@@ -863,7 +870,8 @@ StepGraph import_graph_json(const std::string& text, const std::string& file) {
     }
   }
   o.finish({"format", "version", "scenario", "mesh", "num_micro_batches", "tokens_per_micro_batch", "tokens_per_step",
-            "seq_len", "allocator_fragmentation", "host_op_issue_s", "expert_dispatch", "routing", "programs"});
+            "seq_len", "allocator_fragmentation", "host_op_issue_s", "host_kernel_issue_s", "expert_dispatch", "routing",
+            "programs"});
   return g;
 }
 

@@ -1043,6 +1043,7 @@ StepGraph build_step_graph(const Scenario& s) {
   g.seq_len = s.spec.batch.sequence_length;
   g.allocator_fragmentation = s.spec.memory.allocator_fragmentation;
   g.host_op_issue_s = s.spec.host.op_issue.value;
+  g.host_kernel_issue_s = s.spec.host.kernel_issue.value;
   g.expert_dispatch = s.spec.parallel.ep_dispatch;
   // The software stack's share: the runtime, and one set of collective-library buffers per
   // communicator a program uses (group kinds with more than one member that it communicates

@@ -29,7 +29,10 @@ struct StepGraph {
   int64_t tokens_per_micro_batch = 0;  // T on one rank (micro_batch x sequence / cp)
   int64_t tokens_per_step = 0;       // global
   int64_t seq_len = 0;
-  double host_op_issue_s = 0;  // host time to issue one op (scenario host.op_issue); the engine's make_ready
+  // The host's time on each op: host_op_issue_s + its kernels x host_kernel_issue_s (scenario
+  // host.op_issue, host.kernel_issue); the engine issues op i once the host spent it on ops 0..i-1.
+  double host_op_issue_s = 0;
+  double host_kernel_issue_s = 0;
   double allocator_fragmentation = 0;  // an allocator's loss beyond best-fit placement, a fraction of the slab (scenario memory)
   ExpertDispatch expert_dispatch = ExpertDispatch::direct;  // how expert all-to-alls cross scale-up domains
 

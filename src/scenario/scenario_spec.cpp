@@ -287,9 +287,15 @@ void declare_fields(F& f, MemoryOverheadSpec& s) {
 template <class F>
 void declare_fields(F& f, HostSpec& s) {
   f.optional("op_issue", s.op_issue, Seconds{0},
-             "Host time to issue one op of the step graph (Python, framework dispatch, kernel launch): the host "
-             "issues a rank's ops in order without waiting for the GPU, and an op starts no earlier than its issue; "
-             "0 never delays an op (docs/modelling.md lists values measured for eager PyTorch).",
+             "Host time to issue one op of the step graph (Python, framework dispatch), besides kernel_issue per "
+             "kernel it launches: the host issues a rank's ops in order without waiting for the GPU, and an op starts "
+             "no earlier than its issue; 0 with kernel_issue 0 never delays an op (docs/modelling.md lists values "
+             "measured for eager PyTorch).",
+             non_negative(limits::kMaxLatency));
+  f.optional("kernel_issue", s.kernel_issue, Seconds{0},
+             "Host time per kernel an op launches (an eager norm several, a GEMM one), added to op_issue for each "
+             "op: the host spends op_issue + kernels x kernel_issue on it. `moesim calibrate --from-trace` and `validate "
+             "--from-trace` fit both to a profiler trace (docs/calibration/from-trace.md).",
              non_negative(limits::kMaxLatency));
 }
 

@@ -267,9 +267,12 @@ struct MemoryOverheadSpec {
 };
 
 // The host (CPU) side of the training loop: Python, the framework's dispatch and the kernel
-// launches. The engine lets an op start no earlier than the host issued it (engine.hpp).
+// launches. The host spends op_issue + kernels x kernel_issue on each op of the graph (kernels:
+// Op::num_kernels), and the engine lets an op start no earlier than the host issued it
+// (engine.hpp). `validate --from-trace` fits both from a profiler trace.
 struct HostSpec {
-  Seconds op_issue{0};  // host time per op of the graph; 0: the host is always ahead of the GPU
+  Seconds op_issue{0};      // host time per op of the graph; 0 with kernel_issue 0: the host is always ahead
+  Seconds kernel_issue{0};  // host time per kernel an op launches, on top of op_issue
 };
 
 struct FusedOpsSpec {

@@ -54,6 +54,10 @@ class EventReader {
         l.pid = thread_id(e, path, "pid");
         l.tid = thread_id(e, path, "tid");
         l.ts_us = number(e, path, "ts");
+        if (e.contains("dur")) {
+          l.dur_us = number(e, path, "dur");
+          if (l.dur_us < 0) fail(path + "/dur", "must not be negative");
+        }
         t_.launches.push_back(l);
       } else if (cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset") {
         kernel(e, path, index, cat);

@@ -36,6 +36,8 @@ struct TraceLaunch {
   int64_t correlation = 0;
   int64_t pid = 0, tid = 0;
   double ts_us = 0;
+  double dur_us = 0;  // the call's duration (0 when the event has none): a synchronous copy waits in it
+  double end_us() const { return ts_us + dur_us; }
 };
 
 enum class GpuActivity : uint8_t { kernel, memcpy, memset };

@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "core/json_input.hpp"
 #include "cost/calibration.hpp"
+#include "trace/host_fit.hpp"
 
 namespace moesim {
 namespace {
@@ -87,8 +88,11 @@ TraceFit fit_calibration_from_traces(const std::vector<TraceFitSource>& sources,
     const CostModel& cost = *src.cost;
     const Program& p = g.programs[static_cast<size_t>(g.plan.program_of(m.rank))];
     const double launch = cost.hardware().device.kernel_launch_overhead.value;
+    // The host's pace is the traced job's (its scenario's host fields), recorded here, not applied.
+    const HostPaceFit host = fit_host_pace(host_pace_rows(m, p));
     traces.push_back({{"trace", m.trace_file}, {"scenario", src.scenario}, {"rank", m.rank},
-                      {"steps", m.steps.size()}, {"step_gpu_s", m.step_seconds()}});
+                      {"steps", m.steps.size()}, {"step_gpu_s", m.step_seconds()},
+                      {"host", {{"op_issue_s", host.op_issue_s}, {"kernel_issue_s", host.kernel_issue_s}}}});
     std::unordered_map<std::string, uint32_t> first_op;
     for (uint32_t i = 0; i < p.ops.size(); ++i) first_op.try_emplace(p.name_of(p.ops[i]), i);
     for (const auto& [name, o] : m.ops) {

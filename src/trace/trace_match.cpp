@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <tuple>
 #include <unordered_map>
 
 #include "core/enum_names.hpp"
@@ -168,6 +169,27 @@ struct UnmatchedAcc {
   std::map<std::string, int64_t> classes;
 };
 
+// Who a launch call is the host's work for: an op name, a hook shared over ops of a kind, or
+// nothing the scenario has (then it counts with the op before it).
+enum class HostOwner : uint8_t { none, op, optimizer, dp_params, dp_grads };
+
+struct HostLaunch {
+  int window = 0;
+  double ts_us = 0;
+  int64_t correlation = 0;
+  double wait_us = 0;  // blocked inside the call (a synchronous copy to the host)
+  HostOwner owner = HostOwner::none;
+  OpMeasure* op = nullptr;  // owner op
+};
+
+// The time the host waited inside the call of a copy to the host that returned only after the
+// copy had ended (a synchronous copy: .item(), .tolist(), .cpu()): from the call to the copy's start.
+double sync_wait_us(const TraceLaunch& l, const TraceKernel& k, std::string_view name) {
+  if (k.activity != GpuActivity::memcpy || name.find("DtoH") == std::string_view::npos) return 0;
+  if (l.end_us() < k.end_us()) return 0;  // returned before the copy ended: asynchronous
+  return std::max(0.0, k.ts_us - l.ts_us);
+}
+
 }  // namespace
 
 TraceMatch match_trace(const KinetoTrace& t, const StepGraph& g) {
@@ -267,6 +289,8 @@ TraceMatch match_trace(const KinetoTrace& t, const StepGraph& g) {
   std::vector<std::vector<uint32_t>> comm_kernels(windows.size());
   bool size_warned = false;
   int64_t outside_steps = 0;
+  std::vector<HostLaunch> host;
+  std::unordered_map<uint32_t, size_t> comm_host;  // communication kernel -> its entry in `host`
 
   for (uint32_t ki = 0; ki < t.kernels.size(); ++ki) {
     const TraceKernel& k = t.kernels[ki];
@@ -279,11 +303,13 @@ TraceMatch match_trace(const KinetoTrace& t, const StepGraph& g) {
     }
     ++m.num_kernels;
     if (launched) {
-      const double ts = t.launches[found->second.first].ts_us;
+      const TraceLaunch& l = t.launches[found->second.first];
+      const double ts = l.ts_us;
       auto& [first, last] = launch_span[static_cast<size_t>(w)];
       if (last < first) first = last = ts;
       first = std::min(first, ts);
       last = std::max(last, ts);
+      host.push_back({w, ts, l.correlation, sync_wait_us(l, k, t.name_of(k)), HostOwner::none, nullptr});
     }
     const double dur = k.dur_us * kUs;
     m.kernel_seconds += dur;
@@ -291,6 +317,7 @@ TraceMatch match_trace(const KinetoTrace& t, const StepGraph& g) {
     const KernelClass c = classify_kernel(t.name_of(k), k.activity);
     if (is_comm(c)) {
       comm_kernels[static_cast<size_t>(w)].push_back(ki);
+      if (launched) comm_host[ki] = host.size() - 1;
       continue;
     }
     if (!launched) {
@@ -308,18 +335,22 @@ TraceMatch match_trace(const KinetoTrace& t, const StepGraph& g) {
       ++op->second.num_kernels;
       m.matched_seconds += dur;
       ++m.num_matched_kernels;
+      host.back().owner = HostOwner::op;
+      host.back().op = &op->second;
       continue;
     }
     switch (range_meaning(range)) {
       case RangeMeaning::optimizer:
         optimizer_seconds += dur;
         ++optimizer_kernels;
+        host.back().owner = HostOwner::optimizer;
         break;
       case RangeMeaning::data_parallel: {
         const size_t side = range.starts_with("FSDP::post_backward") ? 1 : 0;
         dp_seconds[side] += dur;
         ++dp_kernels[side];
         ++dp_ranges[side][fold_framework(range)];
+        host.back().owner = side == 0 ? HostOwner::dp_params : HostOwner::dp_grads;
         break;
       }
       case RangeMeaning::framework: unmatched_add("framework " + fold_framework(range), c, dur); break;
@@ -360,6 +391,10 @@ TraceMatch match_trace(const KinetoTrace& t, const StepGraph& g) {
       used[j] = true;
       const Op& op = p.ops[comm_ops[j]];
       OpMeasure& o = m.ops.at(p.name_of(op));
+      if (auto h = comm_host.find(ki); h != comm_host.end()) {
+        host[h->second].owner = HostOwner::op;
+        host[h->second].op = &o;
+      }
       o.seconds += dur;
       ++o.num_kernels;
       o.ranges_per_step += 1;  // a collective's "range" is its kernel
@@ -447,6 +482,50 @@ TraceMatch match_trace(const KinetoTrace& t, const StepGraph& g) {
     m.num_matched_kernels += dp_kernels[side];
   }
 
+  // The host's time: from each launch of a step to the next, the op of the launch (or the op
+  // before it) less a synchronous copy's wait; a hook's time shared equally over the ops of its
+  // pool (an optimizer step updates every unit, an FSDP2 hook copies for several ops).
+  {
+    std::array<std::vector<OpMeasure*>, 3> pool;  // optimizer, dp_params, dp_grads
+    std::array<double, 3> pool_ops{};
+    for (auto& [name, o] : m.ops) {
+      const int side = dp_side(name, o.kind);
+      const int k = o.kind == OpKind::optimizer ? 0 : side >= 0 ? 1 + side : -1;
+      if (k < 0) continue;
+      pool[static_cast<size_t>(k)].push_back(&o);
+      pool_ops[static_cast<size_t>(k)] += static_cast<double>(o.num_ops);
+    }
+    auto pool_of = [](HostOwner h) { return h == HostOwner::optimizer ? 0 : h == HostOwner::dp_params ? 1 : 2; };
+    for (HostLaunch& l : host) {  // a hook the scenario has no op for is no owner
+      if (l.owner != HostOwner::none && l.owner != HostOwner::op && pool_ops[static_cast<size_t>(pool_of(l.owner))] == 0) {
+        l.owner = HostOwner::none;
+      }
+    }
+    std::sort(host.begin(), host.end(), [](const HostLaunch& a, const HostLaunch& b) {
+      return std::tie(a.window, a.ts_us, a.correlation) < std::tie(b.window, b.ts_us, b.correlation);
+    });
+    std::array<double, 3> pool_host{};
+    const HostLaunch* owner = nullptr;  // the launch whose op the host is working on
+    for (size_t i = 0; i < host.size(); ++i) {
+      const HostLaunch& l = host[i];
+      if (i == 0 || l.window != host[i - 1].window) owner = nullptr;  // a new step
+      if (l.owner != HostOwner::none) owner = &l;
+      m.host_blocked_s += l.wait_us * kUs;
+      if (i + 1 == host.size() || host[i + 1].window != l.window || owner == nullptr) continue;
+      const double busy = std::max(0.0, host[i + 1].ts_us - l.ts_us - l.wait_us) * kUs;
+      if (owner->owner == HostOwner::op) {
+        owner->op->host_s += busy;
+      } else {
+        pool_host[static_cast<size_t>(pool_of(owner->owner))] += busy;
+      }
+      m.host_s += busy;
+    }
+    for (size_t k = 0; k < pool.size(); ++k) {
+      for (OpMeasure* o : pool[k]) o->host_s += pool_host[k] * static_cast<double>(o->num_ops) / pool_ops[k];
+    }
+    m.launches_per_step = static_cast<double>(host.size());
+  }
+
   // Ranges per step of each op name.
   for (const TraceRange& r : t.ranges) {
     auto op = m.ops.find(t.name_of(r));
@@ -482,8 +561,12 @@ TraceMatch match_trace(const KinetoTrace& t, const StepGraph& g) {
     m.steps.push_back(s);
   }
   std::map<std::string, std::string> count_warnings;  // by folded name: one line per op family of layers
+  m.host_s /= n;
+  m.host_blocked_s /= n;
+  m.launches_per_step /= n;
   for (auto& [name, o] : m.ops) {
     o.seconds /= n;
+    o.host_s /= n;
     o.ranges_per_step /= n;
     if (o.num_kernels > 0 && !is_communication(o.kind) && o.kind != OpKind::optimizer &&
         std::fabs(o.ranges_per_step - static_cast<double>(o.num_ops)) > 1e-9) {

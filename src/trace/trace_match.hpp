@@ -7,6 +7,14 @@
 // sum of its kernels' durations (GPU time, not the range's host time); every op of one name (one
 // per micro-batch) gets the same share, which is exact when the graph gives them one shape.
 // Matching is deterministic: the same trace and scenario give the same result.
+//
+// The host's time is read from the launch calls of the GPU work in each step, in host order: the
+// time from each launch to the next one is the host's time on the op that launch belongs to
+// (kernels of no op, such as the autograd engine's, count with the op before them; a hook's
+// launches - optimizer, FSDP2 - are shared equally over the ops of its kind), less what the host
+// waited inside a synchronous copy to the host (a DtoH copy whose call returned after the copy
+// ended: the time from the call to the copy's start). host_fit.hpp fits the scenario's
+// host.op_issue and host.kernel_issue to it.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +37,7 @@ struct OpMeasure {
   double seconds = 0;            // per step, all ops of the name together
   double ranges_per_step = 0;    // ranges of this name per step (differs from num_ops: a warning)
   int64_t num_kernels = 0;       // over all steps
+  double host_s = 0;             // per step: the host's time on the ops of this name (see above)
   double per_op_seconds() const { return num_ops > 0 ? seconds / static_cast<double>(num_ops) : 0; }
 };
 
@@ -60,6 +69,9 @@ struct TraceMatch {
   int64_t num_matched_kernels = 0;
   double kernel_seconds = 0;             // per step, all kernels
   double matched_seconds = 0;            // per step, kernels that went to an op
+  double host_s = 0;                     // per step: the host's time on the ops, their host_s summed
+  double host_blocked_s = 0;             // per step: waits in synchronous copies, left out of host_s
+  double launches_per_step = 0;          // launch calls of GPU work in the steps, per step
   double peak_allocated_bytes = -1;      // max "Total Allocated" during the steps; -1 without memory events
   double peak_reserved_bytes = -1;
 

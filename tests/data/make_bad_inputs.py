@@ -173,6 +173,8 @@ write("fragmentation", mutate(scenario, setp("/memory", {"allocator_fragmentatio
 write("runtime-unit", mutate(scenario, setp("/memory", {"runtime_reserved": "1 GHz"})), "scenario", "/memory/runtime_reserved", "is not a unit of bytes")
 write("host-issue-negative", mutate(scenario, setp("/host", {"op_issue": "-5 us"})), "scenario", "/host/op_issue", "must be in [0, 1]")
 write("host-issue-unit", mutate(scenario, setp("/host", {"op_issue": "5 GB"})), "scenario", "/host/op_issue", "is not a unit of seconds")
+write("host-kernel-issue-negative", mutate(scenario, setp("/host", {"op_issue": "200 us", "kernel_issue": "-2 us"})), "scenario", "/host/kernel_issue", "must be in [0, 1]")
+write("host-kernel-issue-unit", mutate(scenario, setp("/host", {"kernel_issue": 0.00002})), "scenario", "/host/kernel_issue", "expected a quantity with a unit as a string")
 write("devices-per-token-over-ep", mutate(scenario, setp("/routing/devices_per_token", 65)), "scenario", "/routing/devices_per_token", "must be at most parallel.ep (64), got 65")
 write("devices-per-token-too-few", mutate(scenario, setp("/routing/devices_per_token", 1)), "scenario", "/routing/devices_per_token", "holds 14 experts, fewer than top_k (16)")
 write("two-routing-limits", mutate(scenario, lambda d: d["routing"].update(nodes_per_token=1, devices_per_token=2)), "scenario", "/routing/devices_per_token", "only one of groups_per_token, nodes_per_token and devices_per_token")
@@ -335,6 +337,8 @@ graph_case("peer-negative", mutate(graph, setp("/programs/1/ops/0/peer", -2)), "
 graph_case("experts-2p24", mutate(graph, setp("/routing", {"num_experts": 2**24, "top_k": 1, "ep": 1})), "/routing/num_experts", "must be between 1 and 1048576", "unbounded")
 graph_case("micro-batches-2p40", mutate(graph, setp("/num_micro_batches", 2**40)), "/num_micro_batches", "must be between 0 and 65536", "unbounded")
 graph_case("mesh-2p40", mutate(graph, lambda d: d["mesh"].update(shard=2**20, replicate=2**20)), "/mesh", "more than 1048576 ranks", "unbounded")
+graph_case("host-kernel-issue-2s", mutate(graph, setp("/host_kernel_issue_s", 2)), "/host_kernel_issue_s",
+           "must be between 0 and 1 (moesim's limit, docs/limits.md), got 2", "absurd")
 graph_case("number-1e400", None, "/programs/0/ops/0/comm_bytes", "beyond the range of a double", "literal",
            raw=graph_text.replace('"comm_bytes": 16', '"comm_bytes": 1e400', 1))
 graph_case("deep", None, "/scenario" + "/0" * (DEPTH - 1), "nested more than 128 levels deep", "crash",
@@ -449,6 +453,8 @@ trace_case("event-not-object", mutate(trace, lambda d: d["traceEvents"].insert(1
 trace_case("dur-string", mutate(trace, setp("/traceEvents/3/dur", "30")), "/traceEvents/3/dur", "must be a number", "schema",
            command="validate")
 trace_case("dur-negative", mutate(trace, setp("/traceEvents/1/dur", -5)), "/traceEvents/1/dur", "must not be negative", "absurd")
+trace_case("launch-dur-negative", mutate(trace, setp("/traceEvents/2/dur", -2.0)), "/traceEvents/2/dur", "must not be negative",
+           "absurd", command="validate")
 trace_case("correlation-float", mutate(trace, setp("/traceEvents/2/args/correlation", 7.5)), "/traceEvents/2/args/correlation",
            "must be an integer", "schema")
 trace_case("no-kernels", mutate(trace, lambda d: d["traceEvents"].pop(3)), "/traceEvents", "holds no GPU kernels", "location")

@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: MIT
-// The host issuing ops (scenario host.op_issue, engine.hpp): closed forms on hand-built programs
-// (kernels shorter than the issue time wait for the host; longer ones run back to back) and, on
-// a whole step, a slower host is never faster and the step is never shorter than the host's issue.
+// The host issuing ops (scenario host.op_issue and host.kernel_issue, engine.hpp): closed forms on
+// hand-built programs (kernels shorter than the issue time wait for the host; longer ones run back
+// to back; an op of k kernels costs the host op_issue + k kernel_issue) and, on a whole step, a
+// slower host is never faster and the step is never shorter than the host's issue.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "../graph/graph_test_util.hpp"
+#include "core/error.hpp"
 #include "engine/engine.hpp"
 
 using namespace moesim;
@@ -34,6 +38,26 @@ StepGraph kernels(int n, double host_op_issue_s) {
 }
 
 std::map<std::string, Picoseconds> exposed_of(const StepResult& r) { return {r.exposed.begin(), r.exposed.end()}; }
+
+// One rank running a chain of memory-bound ops of these kernel counts on the compute queue.
+StepGraph chain(const std::vector<int32_t>& kernels, double op_issue_s, double kernel_issue_s) {
+  StepGraph g;
+  g.plan = ParallelPlan(MeshShape{1, 1, 1, 1, 1, 1});
+  Program p;
+  ProgramWriter w(p);
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    Op op;
+    op.kind = OpKind::elementwise;
+    op.bytes_read = op.bytes_written = 8e6 * static_cast<double>(i + 1);
+    op.num_kernels = kernels[i];
+    w.add(op, "op" + std::to_string(i));
+  }
+  g.programs.push_back(std::move(p));
+  g.tokens_per_micro_batch = 1;
+  g.host_op_issue_s = op_issue_s;
+  g.host_kernel_issue_s = kernel_issue_s;
+  return g;
+}
 
 }  // namespace
 
@@ -87,5 +111,68 @@ TEST_CASE("a whole step: a slower host is never faster, and the step is at least
     if (issue == 0) CHECK(!exposed_of(r).contains("host"));
     if (issue >= 2e-3) CHECK(exposed_of(r).at("host") > 0);
     previous = r.step_time;
+  }
+}
+
+TEST_CASE("per-kernel host time: op i is issued at the sum over j < i of (op_issue + kernels(j) x kernel_issue)") {
+  const CostModel cost(load_hardware(read_input("h200-hgx", "hardware", "HARDWARE")));
+  const std::vector<int32_t> kernels{1, 8, 2, 24, 1, 13};
+  const double op_issue = 150e-6, kernel_issue = 30e-6;
+  const StepGraph g = chain(kernels, op_issue, kernel_issue);
+  Engine engine(g, cost);
+  EngineOptions o;
+  o.record_timeline = true;
+  const StepResult r = engine.run(o);
+  // By hand: the issue times, each op's kernel time (the cost model's, with its launch overhead per
+  // kernel), and the chain on one queue: start = max(issue, previous end).
+  std::vector<Picoseconds> issue, start, end;
+  Picoseconds host = 0, gpu = 0, idle = 0;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    issue.push_back(host);
+    host += ps(op_issue) + kernels[i] * ps(kernel_issue);
+    const Picoseconds s = std::max(issue.back(), gpu);
+    if (i > 0 && s > gpu) idle += s - gpu;
+    start.push_back(s);
+    gpu = s + ps(cost.kernel_seconds(g.programs[0].ops[i]));
+    end.push_back(gpu);
+  }
+  REQUIRE(r.timeline.records.size() == kernels.size());
+  for (const ExecRecord& e : r.timeline.records) {
+    CAPTURE(e.op);
+    CHECK(e.start == start[e.op]);
+    CHECK(e.end == end[e.op]);
+  }
+  CHECK(r.step_time == end.back());
+  // These ops are shorter than the host's time on the ones before them: every start is its issue,
+  // and the GPU's idle time is the host's.
+  for (size_t i = 0; i < kernels.size(); ++i) CHECK(start[i] == issue[i]);
+  const auto exposed = exposed_of(r);
+  CHECK(idle > 0);
+  CHECK(exposed.at("host") == idle);
+  CHECK(r.compute_stream_busy + idle == r.step_time);
+}
+
+TEST_CASE("kernel_issue 0 is op_issue alone, and op_issue 0 with kernel_issue c charges c per kernel") {
+  const CostModel cost(load_hardware(read_input("h200-hgx", "hardware", "HARDWARE")));
+  const std::vector<int32_t> kernels{3, 3, 3, 3};
+  // 3 kernels of c each is one op_issue of 3c: the same step to the picosecond.
+  const double c = 500e-6;
+  const StepGraph per_op = chain(kernels, 3 * c, 0), per_kernel = chain(kernels, 0, c);  // the engines keep them
+  Engine a_engine(per_op, cost);
+  Engine b_engine(per_kernel, cost);
+  const StepResult a = a_engine.run({});
+  const StepResult b = b_engine.run({});
+  CHECK(a.step_time == b.step_time);
+  CHECK(exposed_of(a).at("host") == exposed_of(b).at("host"));
+  CHECK(a.num_events == b.num_events);
+  // A host issue past the engine's clock is refused as input, naming the op.
+  // (op i at 4097 i s: op 245 is the first past 1e6 s.)
+  const StepGraph slow = chain(std::vector<int32_t>(300, 4096), 1.0, 1.0);
+  Engine refused(slow, cost);
+  try {
+    (void)refused.run({});
+    FAIL("a host issue past the clock was accepted");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("op op245 of rank 0 is issued by the host after") != std::string::npos);
   }
 }

@@ -52,6 +52,7 @@ void check_same_op(const Program& pa, const Op& a, const Program& pb, const Op& 
   CHECK(a.n == b.n);
   CHECK(a.k == b.k);
   CHECK(a.num_groups == b.num_groups);
+  CHECK(a.num_kernels == b.num_kernels);
   REQUIRE(a.num_inputs == b.num_inputs);
   REQUIRE(a.num_outputs == b.num_outputs);
   for (size_t i = 0; i < a.num_inputs; ++i) CHECK(same_tensor(pa.inputs(a)[i], pb.inputs(b)[i]));
@@ -85,6 +86,8 @@ void check_same_graph(const StepGraph& a, const StepGraph& b, size_t num_samples
   CHECK(a.tokens_per_micro_batch == b.tokens_per_micro_batch);
   CHECK(a.tokens_per_step == b.tokens_per_step);
   CHECK(a.seq_len == b.seq_len);
+  CHECK(same_bits(a.host_op_issue_s, b.host_op_issue_s));
+  CHECK(same_bits(a.host_kernel_issue_s, b.host_kernel_issue_s));
   REQUIRE(a.routing.has_value() == b.routing.has_value());
   if (a.routing) {
     CHECK(a.routing->num_experts() == b.routing->num_experts());
@@ -294,6 +297,20 @@ TEST_CASE("doubles and odd shapes come back bit for bit") {
   CHECK(same_bits(p.ops[2].bytes_written, std::nextafter(limits::kMaxBytes, 0.0)));
   CHECK(same_bits(p.persistent.grads, 2.0 / 7.0));
   CHECK(same_bits(p.buffers[1].bytes, 0.1));
+}
+
+TEST_CASE("the host's pace round-trips, each field written only when not 0") {
+  StepGraph g = tiny_graph();
+  CHECK(export_graph_json(g).find("host_") == std::string::npos);
+  g.host_kernel_issue_s = 30.4e-6;
+  std::string text = export_graph_json(g);
+  CHECK(text.find("host_op_issue_s") == std::string::npos);
+  CHECK(text.find("\"host_kernel_issue_s\": ") != std::string::npos);
+  g.host_op_issue_s = 277.7e-6;
+  text = export_graph_json(g);
+  const StepGraph back = import_graph_json(text, "g.json");
+  CHECK(export_graph_json(back) == text);
+  check_same_graph(g, back, 3);
 }
 
 TEST_CASE("a non-finite size is a builder bug, not something to write") {

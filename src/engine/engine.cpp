@@ -157,7 +157,7 @@ struct Engine::Impl {
   // whose dependencies are done starts at its issue at the earliest. Issue times of 0 (no host
   // cost): the host is always ahead.
   void make_ready(int32_t slot, uint32_t op_index, Picoseconds t) {
-    const Picoseconds issued = issue_at[static_cast<size_t>(program_of(slot).stage)][op_index];
+    const Picoseconds issued = issue_at[program_index(slot)][op_index];
     if (issued > t) {
       if (issued > kClockEnd) {
         char shown[32];
@@ -350,9 +350,10 @@ struct Engine::Impl {
                          std::to_string(slots.rank_of(slot)) + " " + what + " " + shown);
   }
 
-  const Program& program_of(int32_t slot) const {
-    return g.programs[static_cast<size_t>(rank_program[static_cast<size_t>(slots.rank_of(slot))])];
+  size_t program_index(int32_t slot) const {
+    return static_cast<size_t>(rank_program[static_cast<size_t>(slots.rank_of(slot))]);
   }
+  const Program& program_of(int32_t slot) const { return g.programs[program_index(slot)]; }
 
   // ---- before and after the loop ----
   void begin_run(const EngineOptions& options) {
@@ -463,7 +464,7 @@ struct Engine::Impl {
     r.ended = &ended;
     r.state = &state;
     r.slot_end = &slot_end;
-    for (int32_t s = 0; s < slots.num_slots(); ++s) r.issue_at.push_back(&issue_at[static_cast<size_t>(program_of(s).stage)]);
+    for (int32_t s = 0; s < slots.num_slots(); ++s) r.issue_at.push_back(&issue_at[program_index(s)]);
     r.group_slots = [this](int32_t slot, GroupKind kind) {
       std::vector<int32_t> out;
       slots.for_each_group_slot(slot, kind, [&](int32_t s) { out.push_back(s); });

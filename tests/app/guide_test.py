@@ -61,7 +61,7 @@ with tempfile.TemporaryDirectory() as scratch:
            and os.path.isfile(os.path.join(scratch, "k3-slice.model.json")))
     expect("slice summary", "28 routed experts, top-16" in text, text[-3000:])
     expect("hardware info names the calibration", "calibration" in text)
-    expect("the H200 band", "step time -6.8% .. +5.7% over 11 run(s)" in text and "within 6.4%" in text, text[-3000:])
+    expect("the H200 band", "step time -5.3% .. +5.7% over 11 run(s)" in text and "within 4.9%" in text, text[-3000:])
     expect("unvalidated under another name", "unvalidated: no validation record for hardware 'my-box'" in text)
     # The bad flags are named.
     r = subprocess.run([MOESIM, "calibrate", "--only", "gemm,tensor-cores"], capture_output=True, text=True)
@@ -106,7 +106,7 @@ with tempfile.TemporaryDirectory() as tmp:
         expect("offload axis", any(p["config"].get("/parallel/fsdp/offload") == "optimizer" for p in j["results"]))
         if validated:
             expect("a plan outside the band", any(not p["tie_with_best"] for p in j["results"]), str(j["results"]))
-            expect("tie fraction", abs(band["tie_fraction"] - 0.064) < 1e-12, str(band))
+            expect("tie fraction", abs(band["tie_fraction"] - 0.049) < 1e-12, str(band))
 
 # docs/calibration/: links and paths resolve, no internal issue numbers.
 calib = os.path.join(ROOT, "docs/calibration")

@@ -187,7 +187,7 @@ Op host_copy(OpKind kind, Phase phase, const EmitScope& scope, double bytes) {
 
 // Adds a quantised matmul's casts of one pass to its op: the activation operand's always, the
 // weight's when this pass casts it.
-void add_casts(Op& op, const PassWork& activation, const PassWork& weight, bool weight_cast_here) {
+void apply_casts(Op& op, const PassWork& activation, const PassWork& weight, bool weight_cast_here) {
   op.num_kernels += activation.num_kernels;
   op.cast_bytes = activation.bytes_read + activation.bytes_written;
   if (!weight_cast_here) return;
@@ -199,7 +199,7 @@ uint32_t emit_op(ProgramWriter& w, const LayerTape& tape, const TapeOp& entry, P
                  const EmitScope& scope) {
   Op op = entry.op;
   // A cached weight was cast by micro-batch 0's forward; a recompute reuses it too.
-  add_casts(op, entry.casts.input, entry.casts.weight,
+  apply_casts(op, entry.casts.input, entry.casts.weight,
             !entry.casts.weight_once_per_step || (phase == Phase::fwd && scope.micro == 0));
   op.phase = phase;
   op.layer = scope.layer;
@@ -416,7 +416,7 @@ BackwardResult emit_backward(ProgramWriter& w, const LayerTape& tape, const Tape
     op.bytes_read = e.bwd_work ? e.bwd_work->bytes_read : e.op.bytes_read + e.op.bytes_written;
     op.bytes_written = e.bwd_work ? e.bwd_work->bytes_written : e.op.bytes_read;
     op.num_kernels = e.bwd_work ? e.bwd_work->num_kernels : 1;
-    add_casts(op, e.casts.grad, e.casts.weight_t, !e.casts.weight_once_per_step || scope.micro == 0);
+    apply_casts(op, e.casts.grad, e.casts.weight_t, !e.casts.weight_once_per_step || scope.micro == 0);
     std::vector<TensorDesc> in_descs = descs(tape, e.outputs);  // gradients of the outputs
     for (const auto& d : descs(tape, e.bwd_needs)) in_descs.push_back(d);
     const auto out_descs = descs(tape, e.inputs);  // gradients of the inputs

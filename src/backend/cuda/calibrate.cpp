@@ -19,6 +19,7 @@
 
 #include "backend/cuda/buffer.hpp"
 #include "backend/cuda/calibrate_cce.hpp"
+#include "backend/cuda/calibrate_launch.hpp"
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/collective_table.hpp"
 #include "backend/cuda/device.hpp"
@@ -671,26 +672,13 @@ json bench_attention(Context& cx) {
       if (!is_calibrated_attention_kind(op.kind) || op.phase == Phase::recompute || op.phase == Phase::optimizer) continue;
       const bool backward = op.phase == Phase::bwd;
       if (!done.insert({op.kind, backward}).second) continue;
-      // Size the operands with a dry launch, then run the same launch live.
-      Arena dry_in, dry_out;
       OpEnv env;
       env.graph = &g;
       env.model = &sc.model;
-      env.rank = 0;
-      env.dry = true;
-      env.in = &dry_in;
-      env.out = &dry_out;
-      launch_op(env, p, i);
-      DeviceBuffer<bf16_bits> in_buf(dry_in.high_water() / 2 + 128), out_buf(dry_out.high_water() / 2 + 128);
-      fill_uniform(in_buf.data(), static_cast<int64_t>(in_buf.size()), 51, -1.0f, 1.0f, cx.stream);
-      fill_uniform(out_buf.data(), static_cast<int64_t>(out_buf.size()), 52, -1.0f, 1.0f, cx.stream);
-      Arena in(in_buf.data(), in_buf.bytes()), out(out_buf.data(), out_buf.bytes());
-      env.dry = false;
       env.stream = cx.stream;
-      env.in = &in;
-      env.out = &out;
       env.tables.dsa_keys = dsa_keys.data();
-      const Timing t = time_on_stream(cx.stream, warmup, repeats, [&](int) { launch_op(env, p, i); });
+      const LaunchTiming lt = time_launch(env, p, i, 51, warmup, repeats);
+      const Timing& t = lt.timing;
       const std::string kind(enum_name(op.kind));
       const std::string phase = backward ? "backward" : "forward";
       const auto rows = static_cast<double>(op.m);
@@ -701,7 +689,7 @@ json bench_attention(Context& cx) {
       samples[{kind, phase}].push_back({{"op", p.name_of(op)}, {"seq", seq}, {"query_rows", op.m},
                          {bytes_rate ? "bytes" : "flops", work}, {"seconds", t.median_s}, {"min_seconds", t.min_s},
                          {"max_seconds", t.max_s}, {bytes_rate ? "bytes_per_s" : "flops_per_s", work / t.median_s},
-                         {"operand_bytes", static_cast<double>(dry_in.high_water() + dry_out.high_water())}});
+                         {"operand_bytes", static_cast<double>(lt.operand_bytes)}});
       cx.summary += "                               " + kind + std::string(kind.size() < 19 ? 19 - kind.size() : 1, ' ') +
                     phase + std::string(11 - phase.size(), ' ') +
                     fmt("%5.0f  %7.2f  %6.1f", static_cast<double>(seq), t.median_s * 1e3, work / t.median_s / 1e12) +

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cuda/buffer.hpp"
+#include "backend/cuda/calibrate_launch.hpp"
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/gemm.hpp"
 #include "backend/cuda/kernels.hpp"
@@ -105,27 +106,14 @@ json bench_cce(const CceBenchOptions& o, std::string& summary) {
     chunk_targets.upload(targets);
     for (uint32_t i : c.ops) {
       const Op& op = p.ops[i];
-      // Size the operands with a dry launch, then run the same launch live.
-      Arena dry_in, dry_out;
       OpEnv env;
       env.graph = &c.graph;
       env.model = &c.scenario->model;
-      env.rank = 0;
-      env.dry = true;
-      env.in = &dry_in;
-      env.out = &dry_out;
-      launch_op(env, p, i);
-      DeviceBuffer<bf16_bits> in_buf(dry_in.high_water() / 2 + 128), out_buf(dry_out.high_water() / 2 + 128);
-      fill_uniform(in_buf.data(), static_cast<int64_t>(in_buf.size()), 61, -1.0f, 1.0f, o.stream);
-      fill_uniform(out_buf.data(), static_cast<int64_t>(out_buf.size()), 62, -1.0f, 1.0f, o.stream);
-      Arena in(in_buf.data(), in_buf.bytes()), out(out_buf.data(), out_buf.bytes());
-      env.dry = false;
       env.stream = o.stream;
       env.gemm = &gemm;
-      env.in = &in;
-      env.out = &out;
       env.tables.chunk_targets = chunk_targets.data();
-      const Timing t = time_on_stream(o.stream, warmup, repeats, [&](int) { launch_op(env, p, i); });
+      const LaunchTiming lt = time_launch(env, p, i, 61, warmup, repeats);
+      const Timing& t = lt.timing;
       const CcePass pass = cce_pass_of(op);
       const std::string pass_name(enum_name(pass));
       const double rate = op.flops / t.median_s;
@@ -134,7 +122,7 @@ json bench_cce(const CceBenchOptions& o, std::string& summary) {
                                {"chunks", op.num_groups}, {"head_trains", op.trainable_weight}, {"flops", op.flops},
                                {"seconds", t.median_s}, {"min_seconds", t.min_s}, {"max_seconds", t.max_s},
                                {"flops_per_s", rate}, {"in_table", c.shape.in_table},
-                               {"operand_bytes", static_cast<double>(dry_in.high_water() + dry_out.high_water())}});
+                               {"operand_bytes", static_cast<double>(lt.operand_bytes)}});
       const std::string name = p.name_of(op);
       summary += "                               " + name + std::string(name.size() < 21 ? 21 - name.size() : 1, ' ') +
                  pass_name + std::string(pass_name.size() < 16 ? 16 - pass_name.size() : 1, ' ') +

@@ -1,36 +1,38 @@
 // SPDX-License-Identifier: MIT
 // moesim's command line. Exit codes: 0 ok, 2 bad input (a file, a JSON path or a flag), 1 internal.
 // This is the only place that catches errors and the only place that writes to the terminal.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
-
-#include <CLI/CLI.hpp>
-
-#include <chrono>
-#include <filesystem>
+#include <thread>
 
 #include "app/calibrate_command.hpp"
+#include "app/fusion_command.hpp"
 #include "app/graph_commands.hpp"
 #include "app/hardware_flag.hpp"
 #include "app/input_info.hpp"
-#include "core/output_file.hpp"
-#include "graph/graph_checks.hpp"
-#include "graph/graph_json.hpp"
-#include "report/step_report.hpp"
-#include "report/trace.hpp"
 #include "app/model_info.hpp"
 #include "app/plan_command.hpp"
+#include "app/progress.hpp"
 #include "app/run_command.hpp"
 #include "app/slice_command.hpp"
-#include "app/fusion_command.hpp"
-#include "app/progress.hpp"
 #include "app/sweep_command.hpp"
 #include "app/trace_commands.hpp"
 #include "core/error.hpp"
 #include "core/json_input.hpp"
+#include "core/output_file.hpp"
 #include "cost/calibration.hpp"
+#include "engine/sampled_steps.hpp"
+#include "graph/graph_checks.hpp"
+#include "graph/graph_json.hpp"
+#include "report/step_report.hpp"
+#include "report/trace.hpp"
 #ifdef MOESIM_GPU_MODULE
 #include <functional>
 #include <memory>
@@ -55,6 +57,7 @@ struct Options {
   std::string trace;
   std::string memory_csv;
   int64_t steps = 0;
+  int64_t threads = 0;
   int64_t trace_ranks = 8;
   bool distinct_ranks = false;
   std::string graph_file;
@@ -165,6 +168,10 @@ int main(int argc, char** argv) {
   simulate->add_option("--memory-csv", opt.memory_csv, "Write rank 0's memory over time (first sampled step)");
   simulate->add_option("--steps", opt.steps, "Sampled steps (default: the scenario's routing.num_sampled_steps)")
       ->check(CLI::Range(int64_t{1}, int64_t{1000}));
+  simulate->add_option("--threads", opt.threads,
+                       "Worker threads for the sampled steps, one engine each (default: the machine's hardware threads); "
+                       "the results do not depend on it")
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}));
   simulate->add_option("--graph", opt.graph_file,
                        "Simulate this op graph (written by `moesim graph export`, possibly edited) instead of the "
                        "scenario's own; the scenario gives the machine and the model, and its plan must match the "
@@ -352,25 +359,25 @@ int main(int argc, char** argv) {
       const StepGraph graph = opt.graph_file.empty() ? build_step_graph(s) : imported_graph_for(opt.graph_file, s);
       const GraphStats stats = compute_stats(graph);
       const CostModel cost(s.hardware);
-      Engine engine(graph, cost);
-      const int64_t steps = opt.steps > 0 ? opt.steps : s.spec.routing.num_sampled_steps;
-      std::vector<StepResult> results;
       EngineOptions eo;
       eo.distinct_ranks = opt.distinct_ranks;
       eo.rank_speed = rank_speeds(s.spec);
+      SampledStepsOptions so;
+      so.steps = opt.steps > 0 ? opt.steps : s.spec.routing.num_sampled_steps;
+      so.threads = opt.threads > 0 ? opt.threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
+      so.timeline_of_first_step = !opt.trace.empty() || !opt.memory_csv.empty();
       const bool show_progress = progress_wanted(opt.json);
-      if (show_progress) draw_progress(0, steps, "sampled steps", start);
-      for (int64_t step = 0; step < steps; ++step) {
-        eo.step = step;
-        eo.record_timeline = step == 0 && (!opt.trace.empty() || !opt.memory_csv.empty());
-        try {
-          results.push_back(engine.run(eo));
-        } catch (const SimulationError& e) {
-          // A graph the user edited may deadlock: that is their input, not our internal error.
-          if (opt.graph_file.empty()) throw;
-          throw InputError("--graph", "", e.what());
-        }
-        if (show_progress) draw_progress(step + 1, steps, "sampled steps", start);
+      if (show_progress) {
+        draw_progress(0, so.steps, "sampled steps", start);
+        so.on_step = [&](int64_t done) { draw_progress(done, so.steps, "sampled steps", start); };
+      }
+      std::vector<StepResult> results;
+      try {
+        results = run_sampled_steps(graph, cost, eo, so);
+      } catch (const SimulationError& e) {
+        // A graph the user edited may deadlock: that is their input, not our internal error.
+        if (opt.graph_file.empty()) throw;
+        throw InputError("--graph", "", e.what());
       }
       if (show_progress) end_progress();
       const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

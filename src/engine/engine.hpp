@@ -13,6 +13,7 @@
 //   slot_map.*         the ranks simulated ("slots"): every rank, or one per class
 //   expert_loads.*     the routing draw's rows and all-to-all bytes of the MoE ops per slot
 //   step_analysis.*    post-run: time by op, critical path, exposed time, deadlock report
+//   sampled_steps.*    a graph's sampled steps on worker threads, an engine each
 //   engine.cpp         the event loop: ops are issued, start and end, transfers meet and become
 //                      flows, memory effects apply
 //

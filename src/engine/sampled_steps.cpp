@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: MIT
+#include "engine/sampled_steps.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+namespace moesim {
+
+std::vector<StepResult> run_sampled_steps(const StepGraph& graph, const CostModel& cost, EngineOptions options,
+                                          const SampledStepsOptions& steps) {
+  const auto n = static_cast<size_t>(std::max<int64_t>(steps.steps, 0));
+  std::vector<std::optional<StepResult>> results(n);
+  std::vector<std::exception_ptr> errors(n);
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex report;
+  int64_t done = 0;
+
+  // Steps are taken in index order, so after a failure every step before it has run or is running:
+  // the lowest failing index is the one an in-order run meets first.
+  const auto work = [&] {
+    size_t i = next.fetch_add(1);
+    if (i >= n) return;
+    try {
+      Engine engine(graph, cost);
+      EngineOptions eo = options;
+      for (; i < n; i = failed.load() ? n : next.fetch_add(1)) {
+        eo.step = static_cast<int64_t>(i);
+        eo.record_timeline = i == 0 && steps.timeline_of_first_step;
+        results[i] = engine.run(eo);
+        if (steps.on_step) {
+          const std::lock_guard<std::mutex> lock(report);
+          steps.on_step(++done);
+        }
+      }
+    } catch (...) {
+      errors[i] = std::current_exception();
+      failed = true;
+    }
+  };
+  const size_t threads = std::clamp<size_t>(static_cast<size_t>(std::max<int64_t>(steps.threads, 1)), 1, std::max<size_t>(n, 1));
+  if (threads == 1) {
+    work();
+  } else {
+    std::vector<std::jthread> pool;
+    pool.reserve(threads);
+    for (size_t t = 0; t < threads; ++t) pool.emplace_back(work);
+  }
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  std::vector<StepResult> out;
+  out.reserve(n);
+  for (std::optional<StepResult>& r : results) out.push_back(std::move(*r));
+  return out;
+}
+
+}  // namespace moesim

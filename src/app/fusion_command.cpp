@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/fusion.hpp"
+#include "analysis/known_fusions.hpp"
 #include "core/error.hpp"
 #include "core/json_input.hpp"
 #include "core/output_file.hpp"
@@ -60,7 +61,7 @@ std::string ms(double s) {
 
 std::string signed_bytes(double b) { return (b < 0 ? "-" : "+") + format_quantity(b < 0 ? -b : b, Dimension::bytes); }
 
-std::string fusion_text(const FusionAnalysis& a, int64_t top, bool distinct) {
+std::string fusion_text(const FusionAnalysis& a, const std::vector<KnownFusion>& known, int64_t top, bool distinct) {
   std::ostringstream out;
   char line[512];
   out << a.scenario << ": fusion candidates of the step graph\n";
@@ -108,7 +109,47 @@ std::string fusion_text(const FusionAnalysis& a, int64_t top, bool distinct) {
           << " no longer allocated\n";
     }
   }
+  out << "\n  known fusions: kernels of their own, as scenario switches (" << known.size()
+      << " that this scenario leaves off and its model can use)\n";
+  if (!known.empty()) {
+    out << "     switch                                       launches   HBM saved   kept saved   step             peak\n";
+    for (const KnownFusion& k : known) {
+      const std::string sw = k.field + " " + k.value;
+      if (!k.not_simulated.empty()) {
+        out << "     " << sw << "  not simulated: " << k.not_simulated << "\n";
+        continue;
+      }
+      std::snprintf(line, sizeof line, "     %-43s  %8lld  %10s  %11s  %15s  %15s\n", sw.c_str(),
+                    static_cast<long long>(k.launches_saved_per_rank), signed_bytes(k.hbm_bytes_saved_per_rank).c_str(),
+                    signed_bytes(k.kept_activation_bytes_saved).c_str(), ms(k.step_delta_s).c_str(),
+                    signed_bytes(k.peak_delta_bytes).c_str());
+      out << line;
+    }
+    for (const KnownFusion& k : known) {
+      out << "     " << k.field << ": " << k.what << "\n";
+      for (const std::string& c : k.constraints) out << "       - " << c << "\n";
+    }
+  }
   return out.str();
+}
+
+nlohmann::json known_json(const std::vector<KnownFusion>& known) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const KnownFusion& k : known) {
+    out.push_back({{"field", k.field},
+                   {"value", nlohmann::json::parse(k.value)},
+                   {"what", k.what},
+                   {"launches_saved_per_rank", k.launches_saved_per_rank},
+                   {"hbm_bytes_saved_per_rank", k.hbm_bytes_saved_per_rank},
+                   {"kept_activation_bytes_saved", k.kept_activation_bytes_saved},
+                   {"step_time_s", k.step_time_s},
+                   {"step_delta_s", k.step_delta_s},
+                   {"peak_hbm_bytes", k.peak_hbm_bytes},
+                   {"peak_delta_bytes", k.peak_delta_bytes},
+                   {"constraints", k.constraints},
+                   {"not_simulated", k.not_simulated}});
+  }
+  return out;
 }
 
 nlohmann::json candidate_json(const FusionCandidate& c) {
@@ -130,7 +171,7 @@ nlohmann::json candidate_json(const FusionCandidate& c) {
   return j;
 }
 
-std::string fusion_json(const FusionAnalysis& a, bool distinct) {
+std::string fusion_json(const FusionAnalysis& a, const std::vector<KnownFusion>& known, bool distinct) {
   nlohmann::json j;
   j["scenario"] = a.scenario;
   j["baseline_step_s"] = a.baseline_step_s;
@@ -157,6 +198,7 @@ std::string fusion_json(const FusionAnalysis& a, bool distinct) {
   }
   j["cumulative"] = cum;
   j["cumulative_order"] = a.greedy ? "greedy" : "rank";
+  j["known_fusions"] = known_json(known);  // best (most negative step_delta_s) first
   return j.dump(2) + "\n";
 }
 
@@ -166,7 +208,8 @@ std::string run_fusion_command(const FusionCliOptions& opt) {
   if (opt.apply > 0 && opt.output.empty()) throw InputError("--apply", "", "needs --output FILE");
   if (opt.apply > opt.top) throw InputError("--apply", "", "is more than --top (the cumulative order holds --top candidates)");
   const std::string ref = opt.scenario.empty() ? std::string(kDefaultScenario) : opt.scenario;
-  const Scenario s = load_scenario(read_input(ref, "scenarios", "SCENARIO"));
+  const InputText input = read_input(ref, "scenarios", "SCENARIO");
+  const Scenario s = load_scenario(input);
   const StepGraph graph = build_step_graph(s);
   const CostModel cost(s.hardware);
   FusionAnalysisOptions fo;
@@ -175,6 +218,8 @@ std::string run_fusion_command(const FusionCliOptions& opt) {
   fo.engine.distinct_ranks = opt.distinct_ranks;
   fo.engine.rank_speed = rank_speeds(s.spec);
   const FusionAnalysis a = analyse_fusions(graph, cost, fo);
+  const std::vector<KnownFusion> known =
+      known_fusions(input, s, graph, a.baseline_step_s, a.baseline_peak_hbm_bytes, fo.engine);
   if (opt.apply > 0) {
     if (static_cast<size_t>(opt.apply) > a.cumulative.size()) {
       throw InputError("--apply", "", "is more than the " + std::to_string(a.cumulative.size()) + " candidates found");
@@ -186,7 +231,7 @@ std::string run_fusion_command(const FusionCliOptions& opt) {
     }
     write_file_atomically(opt.output, export_graph_json(apply_fusions(graph, chains)), "--output");
   }
-  return opt.json ? fusion_json(a, opt.distinct_ranks) : fusion_text(a, opt.top, opt.distinct_ranks);
+  return opt.json ? fusion_json(a, known, opt.distinct_ranks) : fusion_text(a, known, opt.top, opt.distinct_ranks);
 }
 
 }  // namespace moesim

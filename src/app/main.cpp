@@ -12,6 +12,8 @@
 #include <string>
 #include <thread>
 
+#include <unistd.h>
+
 #include "app/calibrate_command.hpp"
 #include "app/fusion_command.hpp"
 #include "app/graph_commands.hpp"
@@ -169,8 +171,8 @@ int main(int argc, char** argv) {
   simulate->add_option("--steps", opt.steps, "Sampled steps (default: the scenario's routing.num_sampled_steps)")
       ->check(CLI::Range(int64_t{1}, int64_t{1000}));
   simulate->add_option("--threads", opt.threads,
-                       "Worker threads for the sampled steps, one engine each (default: the machine's hardware threads); "
-                       "the results do not depend on it")
+                       "Worker threads for the sampled steps, one engine each (default: the machine's hardware threads; fewer "
+                       "when their engines would hold more than half the memory); the results do not depend on it")
       ->check(CLI::Range(int64_t{1}, int64_t{1024}));
   simulate->add_option("--graph", opt.graph_file,
                        "Simulate this op graph (written by `moesim graph export`, possibly edited) instead of the "
@@ -366,6 +368,8 @@ int main(int argc, char** argv) {
       so.steps = opt.steps > 0 ? opt.steps : s.spec.routing.num_sampled_steps;
       so.threads = opt.threads > 0 ? opt.threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
       so.timeline_of_first_step = !opt.trace.empty() || !opt.memory_csv.empty();
+      // Half the machine's memory for the workers' engines: a plan of 16,384 ranks runs on one.
+      so.memory_budget_bytes = 0.5 * static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
       const bool show_progress = progress_wanted(opt.json);
       if (show_progress) {
         draw_progress(0, so.steps, "sampled steps", start);

@@ -17,6 +17,7 @@ void ExpertLoads::reset(const RoutingSampler* routing, int64_t step) {
   ep_load_ratio_count_ = 0;
   routing_samples_.clear();
   slot_loads_.clear();
+  slot_members_.clear();  // the slots may be others in this run
 }
 
 // The sampled routing of one EP group (its members' loads) in one layer and micro-batch.
@@ -28,8 +29,7 @@ void ExpertLoads::reset(const RoutingSampler* routing, int64_t step) {
 // sender spreads its assignments like the others, so in expectation it loses the group's share).
 // Padding sends fixed buffers: each member gets experts_per_rank * C rows, (ep-1)/ep of them
 // from other members, whatever the loads.
-const ExpertLoads::RoutingSample& ExpertLoads::group_routing(int32_t layer, int32_t micro, int64_t rank) {
-  const int64_t gid = g_.plan.group_id(rank, GroupKind::ep);
+const ExpertLoads::RoutingSample& ExpertLoads::group_routing(int32_t layer, int32_t micro, int64_t gid) {
   auto [it, inserted] = routing_samples_.try_emplace({layer, micro, gid});
   if (!inserted) return it->second;
   const auto n = static_cast<size_t>(g_.plan.group_size(GroupKind::ep));
@@ -95,18 +95,37 @@ const ExpertLoads::RoutingSample& ExpertLoads::group_routing(int32_t layer, int3
 // wire traffic (an all-to-all ends with its busiest member). A class stands for all its members,
 // so it takes the largest of each over them: exact when their loads are equal, and otherwise
 // the slowest member's loads (a bound; docs/performance.md measures how close).
+const ExpertLoads::SlotMembers& ExpertLoads::members_of(int32_t slot) {
+  if (slot_members_.size() < static_cast<size_t>(slots_.num_slots())) slot_members_.resize(static_cast<size_t>(slots_.num_slots()));
+  SlotMembers& m = slot_members_[static_cast<size_t>(slot)];
+  if (m.known) return m;
+  m.known = true;
+  slots_.for_each_rank(slot, [&](int64_t rank) {
+    const int64_t gid = g_.plan.group_id(rank, GroupKind::ep);
+    const auto seen = std::find(m.groups.begin(), m.groups.end(), gid);
+    const auto index = static_cast<uint32_t>(seen - m.groups.begin());
+    if (seen == m.groups.end()) m.groups.push_back(gid);
+    m.ranks.emplace_back(index, static_cast<uint32_t>(g_.plan.group_rank(rank, GroupKind::ep)));
+  });
+  return m;
+}
+
 const ExpertLoads::SlotLoad& ExpertLoads::load_of(int32_t layer, int32_t micro, int32_t slot) {
   auto [it, inserted] = slot_loads_.try_emplace({layer, micro, static_cast<int64_t>(slot)});
   if (!inserted) return it->second;
   SlotLoad& l = it->second;
-  slots_.for_each_rank(slot, [&](int64_t rank) {
-    const RoutingSample& s = group_routing(layer, micro, rank);
-    const auto me = static_cast<size_t>(g_.plan.group_rank(rank, GroupKind::ep));
+  const SlotMembers& m = members_of(slot);
+  // The groups are drawn in the order the slot's ranks first reach them, as one pass over the
+  // ranks would: the load-balance sum adds in the same order.
+  group_samples_.clear();
+  for (const int64_t gid : m.groups) group_samples_.push_back(&group_routing(layer, micro, gid));
+  for (const auto& [group, me] : m.ranks) {
+    const RoutingSample& s = *group_samples_[group];
     l.rows = std::max(l.rows, s.received_rows[me]);
     l.local_rows = std::max(l.local_rows, s.kept_rows[me]);
     l.remote_rows = std::max(l.remote_rows, s.received_rows[me] - s.kept_rows[me]);
     l.wire_assignments = std::max(l.wire_assignments, s.worst_wire_assignments);
-  });
+  }
   return l;
 }
 

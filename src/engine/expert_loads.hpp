@@ -73,7 +73,18 @@ class ExpertLoads {
     }
   };
 
-  const RoutingSample& group_routing(int32_t layer, int32_t micro, int64_t rank);
+  // Where a slot's ranks sit in their EP groups, found once per run: the groups in the order
+  // its ranks first reach them (the order the draws were always made in), and per rank its
+  // group's index in that list and its rank in the group. A class of 16,384 ranks would
+  // otherwise recompute every member's coordinates for every layer and micro-batch.
+  struct SlotMembers {
+    bool known = false;
+    std::vector<int64_t> groups;                        // EP group ids
+    std::vector<std::pair<uint32_t, uint32_t>> ranks;   // (index into groups, EP group rank)
+  };
+
+  const RoutingSample& group_routing(int32_t layer, int32_t micro, int64_t group_id);
+  const SlotMembers& members_of(int32_t slot);
   const SlotLoad& load_of(int32_t layer, int32_t micro, int32_t slot);
 
   const StepGraph& g_;
@@ -87,6 +98,8 @@ class ExpertLoads {
   int64_t ep_load_ratio_count_ = 0;
   std::unordered_map<Key, RoutingSample, KeyHash> routing_samples_;  // by (layer, micro, EP group id)
   std::unordered_map<Key, SlotLoad, KeyHash> slot_loads_;            // by (layer, micro, slot)
+  std::vector<SlotMembers> slot_members_;                            // by slot, filled as asked
+  std::vector<const RoutingSample*> group_samples_;                  // load_of's scratch, per group
 };
 
 }  // namespace moesim

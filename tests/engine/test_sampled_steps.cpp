@@ -62,12 +62,14 @@ TEST_CASE("steps over threads are the steps of one engine in order, for any thre
   for (const StepResult& r : in_order) distinct.insert(r.step_time);
   CHECK(distinct.size() > 1);
 
-  for (const int64_t threads : {1, 2, 3, 8}) {
+  CHECK(engine_state_bytes(g) == doctest::Approx(32.0 * 16 * static_cast<double>(g.programs[0].ops.size())));
+  for (const int64_t threads : {1, 2, 3, 8, -8}) {  // -8: eight asked for, a memory budget for one engine
     CAPTURE(threads);
     std::vector<int64_t> reported;
     SampledStepsOptions so;
     so.steps = kSteps;
-    so.threads = threads;
+    so.threads = threads < 0 ? -threads : threads;
+    if (threads < 0) so.memory_budget_bytes = 1.5 * engine_state_bytes(g);
     so.timeline_of_first_step = true;
     so.on_step = [&](int64_t done) { reported.push_back(done); };
     const std::vector<StepResult> spread = run_sampled_steps(g, cost, EngineOptions{}, so);

@@ -31,6 +31,7 @@ std::string run_calibrate_command(const CalibrateCommand& c, Distributed& job) {
   opt.num_devices = static_cast<int>(c.num_devices);
   opt.only = std::set<std::string>(c.only.begin(), c.only.end());
   opt.attention_scenario = c.attention_scenario;
+  opt.gemm_duty = c.gemm_duty;
   opt.command = c.command;
   opt.log = [](const std::string& line) { std::cerr << "calibrate: " << line << "\n"; };
   const cuda::CalibrationRun run = cuda::run_calibration(opt, job);

@@ -33,12 +33,13 @@ struct CalibrateCommand {
   int64_t num_devices = 0;            // GPUs to use, the first N visible (0: all visible)
   std::vector<std::string> only;      // families to measure, each of kCalibrationFamilies (empty: all)
   std::string attention_scenario;     // scenario whose attention ops are timed (empty: the K3 slice)
+  double gemm_duty = 0.5;             // the GEMM sweeps' busy fraction, in (0, 1] (cuda::CalibrateOptions)
   std::string command;  // the command line, recorded as provenance
 };
 
 // Reads `--only` ("gemm,collectives") into c.only and `--devices` (absent: all GPUs) into
 // c.num_devices, and checks every option that needs no GPU: --devices from 1 to 4096, every
-// family known, the scenario readable. Throws InputError naming the flag.
+// family known, the scenario readable, --gemm-duty in (0, 1]. Throws InputError naming the flag.
 void check_calibrate_command(CalibrateCommand& c, const std::string& only_text, std::optional<int64_t> devices);
 
 // Returns the text to print on stdout (under mpirun: process 0; the others return nothing).

@@ -31,6 +31,9 @@ void check_calibrate_command(CalibrateCommand& c, const std::string& only_text, 
       start = comma + 1;
     }
   }
+  if (!(c.gemm_duty > 0 && c.gemm_duty <= 1)) {
+    throw InputError("--gemm-duty", "", "must be in (0, 1]: the fraction of the GEMM sweep the GPU is busy (1: back to back)");
+  }
   if (!c.attention_scenario.empty()) {
     const bool attention = c.only.empty() || std::find(c.only.begin(), c.only.end(), "attention") != c.only.end();
     if (!attention) throw InputError("--scenario", "", "times attention ops: give it with --only attention (or no --only)");

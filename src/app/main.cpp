@@ -256,6 +256,10 @@ int main(int argc, char** argv) {
   calibrate->add_option("--only", calibrate_only,
                         "GPU calibration: measure only these parts, comma-separated: gemm, memory, attention, "
                         "loss, collectives, copies (default: all)");
+  calibrate->add_option("--gemm-duty", calibrate_opt.gemm_duty,
+                        "GPU calibration: the fraction of the GEMM and grouped-GEMM sweeps the GPU is busy, idle between "
+                        "calls for the rest, so that the clocks are those of a training step and not of GEMMs back to "
+                        "back under the power cap (1: back to back; default 0.5)");
   auto* validate = app.add_subcommand(
       "validate", "Compare the simulator with a PyTorch profiler trace (--from-trace), or run a scenario on the GPUs "
                   "and in the simulator (CUDA builds); print the errors");
@@ -303,9 +307,13 @@ int main(int argc, char** argv) {
       if (!trace_opt.traces.empty()) {
         if (trace_opt.scenarios.empty() && !run_opt.scenario.empty()) trace_opt.scenarios.push_back(run_opt.scenario);
         if (trace_opt.scenarios.empty()) throw InputError("--scenario", "", "is required with --from-trace");
-        if (!calibrate_only.empty() || calibrate_devices || calibrate_opt.quick) {
-          throw InputError(!calibrate_only.empty() ? "--only" : calibrate_devices ? "--devices" : "--quick", "",
-                           "is for calibrating on the GPUs, not from a trace");
+        const bool duty = calibrate->count("--gemm-duty") > 0;
+        if (!calibrate_only.empty() || calibrate_devices || calibrate_opt.quick || duty) {
+          throw InputError(!calibrate_only.empty() ? "--only"
+                           : calibrate_devices     ? "--devices"
+                           : calibrate_opt.quick   ? "--quick"
+                                                   : "--gemm-duty",
+                           "", "is for calibrating on the GPUs, not from a trace");
         }
         trace_opt.out = calibrate_out;
         print(calibrate->parsed() ? run_calibrate_from_trace(trace_opt) : run_validate_from_trace(trace_opt));

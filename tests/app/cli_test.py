@@ -302,6 +302,14 @@ with tempfile.TemporaryDirectory() as tmp:
     r = run("calibrate", *FIT_ARGS[:4])
     expect("calibrate --from-trace to stdout", r.returncode == 0 and json.loads(r.stdout)["format"] == "moesim-calibration"
            and "fitted" in r.stderr, r.stderr[-300:])
+    # The GEMM duty cycle: a GPU calibration flag, in (0, 1], checked before any device is looked for.
+    r = run("calibrate", *FIT_ARGS[:4], "--gemm-duty", "0.5")
+    expect("calibrate --from-trace --gemm-duty exit 2", r.returncode == 2 and "--gemm-duty" in r.stderr
+           and r.stdout == "", r.stderr[-300:])
+    for bad in ("0", "1.5", "-1"):
+        r = run("calibrate", "--gemm-duty", bad)
+        expect("calibrate --gemm-duty " + bad + " exit 2", r.returncode == 2 and "--gemm-duty" in r.stderr
+               and "(0, 1]" in r.stderr, r.stderr[-300:])
     # A bad trace writes nothing, not even over an existing file.
     kept = os.path.join(tmp, "kept.json")
     with open(kept, "w") as f:

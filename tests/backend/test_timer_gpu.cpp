@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cuda/check.hpp"
+#include "backend/cuda/kernels.hpp"
 #include "backend/cuda/timer.hpp"
 
 using namespace moesim::cuda;
@@ -86,6 +87,26 @@ TEST_CASE("time_repeats: the slowest stream's time per repeat, and the hook betw
     CHECK(s >= 3e-3);
     CHECK(s < 3e-3 + 1e-3);
   }
+}
+
+TEST_CASE("idle_gpu holds its stream for its time; `between` runs after every call, outside its events") {
+  Stream stream;
+  const Timing idle = time_on_stream(stream.s, 1, 5, [&](int) { idle_gpu(300e-6, stream.s); });
+  CHECK(idle.min_s >= 300e-6);
+  CHECK(idle.median_s < 300e-6 + 100e-6);
+  int between = 0;
+  const auto start = std::chrono::steady_clock::now();
+  const Timing t = time_on_stream(
+      stream.s, 2, 5, [&](int) { idle_gpu(100e-6, stream.s); },
+      [&] {
+        ++between;
+        idle_gpu(2e-3, stream.s);
+      });
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(between == 7);  // after each warm-up and each timed call
+  CHECK(t.min_s >= 100e-6);
+  CHECK(t.median_s < 100e-6 + 100e-6);  // the 2 ms gaps are not inside any repeat
+  CHECK(wall >= 7 * 2e-3);              // but they ran
 }
 
 TEST_CASE("EventPool: picoseconds and seconds between two events agree") {

@@ -109,6 +109,15 @@ struct Context {
   }
 };
 
+// time_on_stream at the GEMM duty cycle: one call timed alone sizes the idle gap after every call,
+// (1 - duty) / duty of it, so the GPU is busy `duty` of the sweep.
+Timing time_gemm(Context& cx, const std::function<void(int)>& enqueue) {
+  if (cx.opt.gemm_duty >= 1) return time_on_stream(cx.stream, cx.s.warmup, cx.s.repeats, enqueue);
+  const double call_s = time_on_stream(cx.stream, 1, 1, enqueue).median_s;
+  const double gap_s = call_s * (1 - cx.opt.gemm_duty) / cx.opt.gemm_duty;
+  return time_on_stream(cx.stream, cx.s.warmup, cx.s.repeats, enqueue, [&] { idle_gpu(gap_s, cx.stream); });
+}
+
 json bench_gemm(Context& cx, Gemm& gemm, Pool& pool, Pool& out_pool) {
   std::vector<GemmShape> shapes;
   const std::vector<int64_t> squares = cx.opt.quick ? std::vector<int64_t>{512, 4096}
@@ -129,7 +138,7 @@ json bench_gemm(Context& cx, Gemm& gemm, Pool& pool, Pool& out_pool) {
     const size_t nb = static_cast<size_t>(sh.n * sh.k);
     const size_t nc = static_cast<size_t>(sh.m * sh.n);
     const auto run = [&](int algo) {
-      return time_on_stream(cx.stream, cx.s.warmup, cx.s.repeats, [&](int i) {
+      return time_gemm(cx, [&](int i) {
         gemm.run(sh, pool.slice(na + nb, i), pool.slice(na + nb, i) + na, out_pool.slice(nc, i), 1.0f, 0.0f, cx.stream,
                  algo);
       });
@@ -184,7 +193,7 @@ json bench_grouped_gemm(Context& cx, Gemm& gemm) {
   for (int64_t rows : per_expert) {
     for (auto [n, k] : nk) {
       const std::vector<int32_t> counts(kExpertsPerRank, static_cast<int32_t>(rows));
-      const Timing t = time_on_stream(cx.stream, cx.s.warmup, cx.s.repeats, [&](int) {
+      const Timing t = time_gemm(cx, [&](int) {
         grouped_gemm(gemm, counts, n, k, Trans::transpose, x.data(), w.data(), n * k, y.data(), cx.stream);
       });
       const double flops = 2.0 * static_cast<double>(rows * kExpertsPerRank) * static_cast<double>(n * k);
@@ -811,7 +820,7 @@ CalibrationRun run_calibration(const CalibrateOptions& options, Distributed& job
        {{"gpu", dev.name}, {"num_gpus", num_gpus}, {"processes", job.size()}, {"nodes", place.num_nodes}, {"sms", dev.num_sms}, {"memory_bytes", dev.memory_bytes},
         {"l2_bytes", dev.l2_bytes}, {"driver", dev.driver}, {"kernel_driver", kernel_driver()}, {"cuda_runtime", dev.runtime}, {"cublas", dev.cublas},
         {"nccl", dev.nccl}, {"date", utc_now()}, {"command", options.command}, {"quick", options.quick},
-        {"warmup", cx.s.warmup}, {"repeats", cx.s.repeats}, {"wall_s", wall},
+        {"warmup", cx.s.warmup}, {"repeats", cx.s.repeats}, {"gemm_duty", options.gemm_duty}, {"wall_s", wall},
         {"only", std::vector<std::string>(options.only.begin(), options.only.end())}}},
   };
   // A part left out by --only is absent: the cost model keeps the hardware file's curves for it.

@@ -27,6 +27,10 @@ struct CalibrateOptions {
   // (app/calibrate_command.hpp says which tables each writes).
   std::set<std::string> only;
   std::string attention_scenario;  // scenario whose attention ops are timed (empty: the K3 slice)
+  // GEMMs and grouped GEMMs busy the GPU this fraction of the sweep, idle between calls for the
+  // rest (1: back to back). Back to back, GEMMs draw the power cap and the clocks drop below what
+  // they reach inside a training step, where other kernels draw less (docs/calibration/validation.md).
+  double gemm_duty = 0.5;
   std::string command;  // recorded as provenance
   std::function<void(const std::string&)> log;  // progress lines; may be empty
 };

@@ -13,6 +13,10 @@
 
 namespace moesim::cuda {
 
+// Holds `stream` for `seconds` with one thread sleeping on the GPU's global timer, the rest of the
+// GPU idle: a gap between timed calls that draws about idle power (no math, so no CPU reference).
+void idle_gpu(double seconds, cudaStream_t stream);
+
 // RMSNorm: y = x / sqrt(mean(x^2) + eps) * w; rstd (rows) is kept for the backward pass.
 void rmsnorm_forward(const bf16_bits* x, const bf16_bits* w, bf16_bits* y, float* rstd, int64_t rows, int64_t cols, float eps,
                      cudaStream_t stream);

@@ -79,7 +79,8 @@ int64_t EventPool::picoseconds_between(size_t from, size_t to) const {
 }
 
 std::vector<double> time_repeats(std::span<const DeviceStream> streams, int warmup, int repeats,
-                                 const std::function<void(int)>& enqueue, const std::function<void()>& after_warmup) {
+                                 const std::function<void(int)>& enqueue, const std::function<void()>& after_warmup,
+                                 const std::function<void()>& between) {
   if (streams.empty() || repeats < 1) throw BackendError("time_repeats: at least one stream and one repeat");
   const auto num_repeats = static_cast<size_t>(repeats);
   const auto synchronize = [&] {
@@ -96,7 +97,10 @@ std::vector<double> time_repeats(std::span<const DeviceStream> streams, int warm
     events.emplace_back(2 * num_repeats);
   }
   MOESIM_CUDA_CHECK(cudaSetDevice(streams.front().device));
-  for (int i = 0; i < warmup; ++i) enqueue(i);
+  for (int i = 0; i < warmup; ++i) {
+    enqueue(i);
+    if (between) between();
+  }
   if (after_warmup) {
     synchronize();
     after_warmup();
@@ -112,6 +116,8 @@ std::vector<double> time_repeats(std::span<const DeviceStream> streams, int warm
       MOESIM_CUDA_CHECK(cudaSetDevice(streams[s].device));
       events[s].record(2 * i + 1, streams[s].stream);
     }
+    MOESIM_CUDA_CHECK(cudaSetDevice(streams.front().device));
+    if (between) between();
   }
   synchronize();
   std::vector<double> seconds(num_repeats, 0.0);
@@ -123,11 +129,12 @@ std::vector<double> time_repeats(std::span<const DeviceStream> streams, int warm
   return seconds;
 }
 
-Timing time_on_stream(cudaStream_t stream, int warmup, int repeats, const std::function<void(int)>& enqueue) {
+Timing time_on_stream(cudaStream_t stream, int warmup, int repeats, const std::function<void(int)>& enqueue,
+                      const std::function<void()>& between) {
   int device = 0;
   MOESIM_CUDA_CHECK(cudaGetDevice(&device));
   const DeviceStream one{device, stream};
-  return summarize(time_repeats(std::span(&one, 1), warmup, repeats, enqueue));
+  return summarize(time_repeats(std::span(&one, 1), warmup, repeats, enqueue, {}, between));
 }
 
 }  // namespace moesim::cuda

@@ -73,11 +73,16 @@ struct DeviceStream {
 // synchronised after the warm-up calls and it runs before the first timed call (a barrier across
 // processes, so that every member starts its repeats together). Leaves the first stream's device
 // current.
+// `between`, when given, is enqueued after every call (warm-ups too), outside its events: work the
+// repeats are not timed over, e.g. an idle gap that keeps a sweep's power draw like a training
+// step's (calibrate's GEMM duty cycle).
 std::vector<double> time_repeats(std::span<const DeviceStream> streams, int warmup, int repeats,
                                  const std::function<void(int)>& enqueue,
-                                 const std::function<void()>& after_warmup = {});
+                                 const std::function<void()>& after_warmup = {},
+                                 const std::function<void()>& between = {});
 
 // The common case: one stream on the current device, summarised.
-Timing time_on_stream(cudaStream_t stream, int warmup, int repeats, const std::function<void(int)>& enqueue);
+Timing time_on_stream(cudaStream_t stream, int warmup, int repeats, const std::function<void(int)>& enqueue,
+                      const std::function<void()>& between = {});
 
 }  // namespace moesim::cuda

@@ -33,7 +33,7 @@ struct CalibrateCommand {
   int64_t num_devices = 0;            // GPUs to use, the first N visible (0: all visible)
   std::vector<std::string> only;      // families to measure, each of kCalibrationFamilies (empty: all)
   std::string attention_scenario;     // scenario whose attention ops are timed (empty: the K3 slice)
-  double gemm_duty = 0.5;             // the GEMM sweeps' busy fraction, in (0, 1] (cuda::CalibrateOptions)
+  double gemm_duty = 1;               // the GEMM sweeps' busy fraction, in (0, 1] (cuda::CalibrateOptions)
   std::string command;  // the command line, recorded as provenance
 };
 

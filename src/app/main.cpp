@@ -258,8 +258,8 @@ int main(int argc, char** argv) {
                         "loss, collectives, copies (default: all)");
   calibrate->add_option("--gemm-duty", calibrate_opt.gemm_duty,
                         "GPU calibration: the fraction of the GEMM and grouped-GEMM sweeps the GPU is busy, idle between "
-                        "calls for the rest, so that the clocks are those of a training step and not of GEMMs back to "
-                        "back under the power cap (1: back to back; default 0.5)");
+                        "calls for the rest (default 1: back to back, at the clocks of the power cap; 0.5 measures them "
+                        "near the top clock, as in a step that draws less power; docs/calibration/validation.md)");
   auto* validate = app.add_subcommand(
       "validate", "Compare the simulator with a PyTorch profiler trace (--from-trace), or run a scenario on the GPUs "
                   "and in the simulator (CUDA builds); print the errors");

@@ -28,9 +28,10 @@ struct CalibrateOptions {
   std::set<std::string> only;
   std::string attention_scenario;  // scenario whose attention ops are timed (empty: the K3 slice)
   // GEMMs and grouped GEMMs busy the GPU this fraction of the sweep, idle between calls for the
-  // rest (1: back to back). Back to back, GEMMs draw the power cap and the clocks drop below what
-  // they reach inside a training step, where other kernels draw less (docs/calibration/validation.md).
-  double gemm_duty = 0.5;
+  // rest (1: back to back). Back to back they draw the power cap and run at lower clocks than in a
+  // training step that draws less; at 0.5 they run at nearly the top clock, faster than in a step
+  // that draws more. Which one a step sees depends on its power (docs/calibration/validation.md).
+  double gemm_duty = 1;
   std::string command;  // recorded as provenance
   std::function<void(const std::string&)> log;  // progress lines; may be empty
 };

@@ -3,16 +3,37 @@
 
 #include "graph/queues.hpp"
 
+#include <algorithm>
 #include <cassert>
 
 namespace moesim {
 
 uint32_t ProgramWriter::intern(std::string_view name) {
-  if (const auto it = name_ids_.find(name); it != name_ids_.end()) return it->second;
+  if (2 * (num_names_ + 1) > name_slots_.size()) grow_names();
+  const auto hash = static_cast<uint32_t>(std::hash<std::string_view>{}(name));
+  const size_t mask = name_slots_.size() - 1;
+  size_t i = hash & mask;
+  for (; name_slots_[i].id_plus_1 != 0; i = (i + 1) & mask) {
+    const NameSlot& slot = name_slots_[i];
+    if (slot.hash == hash && p_.names[slot.id_plus_1 - 1] == name) return slot.id_plus_1 - 1;
+  }
   const auto id = static_cast<uint32_t>(p_.names.size());
-  name_ids_.emplace(std::string(name), id);
   p_.names.emplace_back(name);
+  name_slots_[i] = NameSlot{id + 1, hash};
+  ++num_names_;
   return id;
+}
+
+void ProgramWriter::grow_names() {
+  std::vector<NameSlot> old = std::move(name_slots_);
+  name_slots_.assign(std::max<size_t>(1024, 2 * old.size()), NameSlot{});
+  const size_t mask = name_slots_.size() - 1;
+  for (const NameSlot& slot : old) {
+    if (slot.id_plus_1 == 0) continue;
+    size_t i = slot.hash & mask;
+    while (name_slots_[i].id_plus_1 != 0) i = (i + 1) & mask;
+    name_slots_[i] = slot;
+  }
 }
 
 uint32_t ProgramWriter::add(Op op, std::string_view name, std::span<const TensorDesc> inputs,

@@ -15,7 +15,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "graph/op.hpp"
@@ -80,12 +79,17 @@ class ProgramWriter {
 
  private:
   Program& p_;
-  // Looked up by string_view (transparent hash): an op name already interned costs no allocation.
-  struct NameHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  // The names this writer interned, by hash: an open-addressing table (linear probing, a power of
+  // two of slots, at most half full) of ids into p_.names, which holds the only copy of each
+  // name. Most of a step's names are new (one per layer and op), and a node-based map spent a
+  // third of a graph build on allocating, hashing again and chasing its nodes.
+  struct NameSlot {
+    uint32_t id_plus_1 = 0;  // 0: empty
+    uint32_t hash = 0;       // the low 32 bits of the name's hash (the probe start, and a cheap filter)
   };
-  std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> name_ids_;
+  std::vector<NameSlot> name_slots_;
+  size_t num_names_ = 0;
+  void grow_names();
 };
 
 }  // namespace moesim

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: MIT
 #include "app/plan_command.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
+#include "app/progress.hpp"
 #include "core/error.hpp"
 #include "core/limits.hpp"
 #include "search/capacity.hpp"
@@ -65,6 +67,10 @@ void run_plan_command(const PlanCommands& c, const PlanCliOptions& opt) {
     check_number_flag("--days", opt.days, limits::kMaxPlanDays);
   }
   const SweepSpace space(read_input(opt.scenario, "scenarios", "SCENARIO"));
+  // A progress line on a terminal (progress.hpp): plans evaluated so far; a search has no total.
+  const bool show_progress = progress_wanted(opt.json);
+  const auto start = std::chrono::steady_clock::now();
+  const auto progress = [&](int64_t n) { draw_count(n, "plans evaluated", start); };
   std::string text;
   if (c.devices->parsed()) {
     DevicePlanOptions o;
@@ -73,7 +79,9 @@ void run_plan_command(const PlanCommands& c, const PlanCliOptions& opt) {
     o.max_devices = opt.max_devices;
     o.fixed_batch = opt.fixed_batch;
     o.distinct_ranks = !opt.all_ranks;
+    if (show_progress) o.progress = progress;
     const DevicePlanResult r = plan_devices(space, o);
+    if (show_progress) end_progress();
     text = opt.json ? device_plan_json(space, o, r) : device_plan_text(space, o, r);
   } else {
     FitOptions o;
@@ -81,7 +89,9 @@ void run_plan_command(const PlanCommands& c, const PlanCliOptions& opt) {
     o.granularity = opt.granularity;
     o.max_value = opt.max_value;
     o.distinct_ranks = !opt.all_ranks;
+    if (show_progress) o.progress = progress;
     const FitResult r = plan_fit(space, o);
+    if (show_progress) end_progress();
     text = opt.json ? fit_json(space, r) : fit_text(space, r);
   }
   std::fwrite(text.data(), 1, text.size(), stdout);

@@ -31,6 +31,12 @@ void draw_progress(int64_t done, int64_t total, std::string_view unit, std::chro
   std::fflush(stderr);
 }
 
+void draw_count(int64_t done, std::string_view unit, std::chrono::steady_clock::time_point start) {
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::fprintf(stderr, "\r%lld %.*s, %.0f s   ", static_cast<long long>(done), static_cast<int>(unit.size()), unit.data(), s);
+  std::fflush(stderr);
+}
+
 void end_progress() { std::fprintf(stderr, "\n"); }
 
 }  // namespace moesim

@@ -17,6 +17,10 @@ bool progress_wanted(bool json);
 // "[=====>     ] 1,234 / 6,912 configurations, 12 s, ~55 s left", timed from `start`.
 void draw_progress(int64_t done, int64_t total, std::string_view unit, std::chrono::steady_clock::time_point start);
 
+// "12 plans evaluated, 3 s": progress of a search that stops when it has its answer, with no
+// total to estimate the time left from.
+void draw_count(int64_t done, std::string_view unit, std::chrono::steady_clock::time_point start);
+
 // Ends the progress line (the next output starts on a line of its own).
 void end_progress();
 

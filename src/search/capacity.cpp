@@ -135,6 +135,7 @@ class DeviceSearch {
                              {"/parallel/fsdp/replicate", str(c.replicate)},
                              {"/batch/global_batch_size", str(c.global_batch_size)}};
       c.outcome = evaluator_.evaluate(static_cast<int64_t>(out.plans.size()), space_.load_with(rep));
+      if (opt_.progress) opt_.progress(++evaluated_);
       if (usable(c.outcome)) {
         const double steps = std::ceil(opt_.tokens / static_cast<double>(c.tokens_per_step));
         c.train_s = steps * c.outcome.step_time_s;
@@ -151,6 +152,7 @@ class DeviceSearch {
   const DevicePlanOptions& opt_;
   ConfigEvaluator evaluator_;
   const Scenario& base_;
+  int64_t evaluated_ = 0;
 };
 
 class FitSearch {
@@ -228,6 +230,7 @@ class FitSearch {
     pr.outcome = evaluator_.evaluate(static_cast<int64_t>(r.probes.size()), space_.load_with(rep));
     pr.fits = usable(pr.outcome);
     r.probes.push_back(pr);
+    if (opt_.progress) opt_.progress(static_cast<int64_t>(r.probes.size()));
     return pr.fits;
   }
 

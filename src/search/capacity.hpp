@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +38,9 @@ struct DevicePlanOptions {
   int64_t max_devices = 0;  // largest count tried; 0: the hardware's max_devices, else 16,384
   bool fixed_batch = false;
   bool distinct_ranks = true;
+  // Called after each plan the search evaluates, with how many so far (a progress line). The
+  // search stops when it has its answer, so there is no total to give.
+  std::function<void(int64_t evaluated)> progress;
 };
 
 struct PlanCandidate {
@@ -75,6 +79,7 @@ struct FitOptions {
   int64_t granularity = 0;  // 0: 1,024 tokens (times cp, and tp with sequence parallelism), or 1 sequence
   int64_t max_value = 0;    // 0: 4,194,304 tokens or 4,096 sequences
   bool distinct_ranks = true;
+  std::function<void(int64_t evaluated)> progress;  // after each probe, as DevicePlanOptions::progress
 };
 
 struct FitProbe {

@@ -361,6 +361,45 @@ with open("docs/inputs.md") as f:
     expect("docs/inputs.md up to date", f.read() == run("describe", "--markdown").stdout,
            "regenerate: build/moesim describe --markdown > docs/inputs.md")
 
+
+# Progress lines: on stderr when it is a terminal (a pty here), never on stdout, and not when the
+# output is --json going to a pipe; the results are the same with or without them.
+def run_on_tty(*args):
+    import pty
+    master, slave = pty.openpty()
+    try:
+        p = subprocess.run([MOESIM, *args], stdout=subprocess.PIPE, stderr=slave, text=True, timeout=120)
+        os.close(slave)
+        slave = -1
+        err = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the pty's other end is closed and drained
+                break
+            if not chunk:
+                break
+            err += chunk
+        return p, err.decode(errors="replace")
+    finally:
+        if slave >= 0:
+            os.close(slave)
+        os.close(master)
+
+
+for args, unit in ((("plan", "fit", "scenarios/k3-lora-fsdp2-ep64.json"), "plans evaluated"),
+                   (("plan", "devices", "scenarios/k3-lora-fsdp2-ep64.json", "--tokens", "1e12", "--days", "30"), "plans evaluated"),
+                   (("simulate", "--distinct-ranks"), "sampled steps")):
+    p, err = run_on_tty(*args)
+    plain = run(*args)
+    name = " ".join(args[:2])
+    expect(name + " progress on a terminal", p.returncode == 0 and unit in err, err[-300:])
+    drop = lambda text: re.sub(r"simulated in +[0-9.]+ s", "", text)  # wall time in the report
+    expect(name + " same output with progress", drop(p.stdout) == drop(plain.stdout) and unit not in p.stdout)
+    expect(name + " no progress off a terminal", unit not in plain.stderr, plain.stderr[-300:])
+    pj, errj = run_on_tty(*args, "--json")
+    expect(name + " --json to a pipe: no progress", pj.returncode == 0 and unit not in errj, errj[-300:])
+
 for f in failures:
     print("FAIL", f)
 print(f"cli: {len(failures)} failure(s)")

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "../graph/graph_test_util.hpp"
+#include "deadlock_graph.hpp"
 #include "engine/engine.hpp"
 #include "graph/graph_checks.hpp"
 #include "graph/pipeline_schedule.hpp"
@@ -111,30 +112,7 @@ TEST_CASE("1F1B holds at most p micro-batches of activations on the first stage,
 }
 
 TEST_CASE("a program that deadlocks is an error naming the op each rank waits in, never a step time") {
-  // Two stages whose sends each wait for the other's receive to complete first: the classic
-  // cycle of blocking pipeline point-to-point.
-  StepGraph g;
-  g.plan = ParallelPlan(MeshShape{2, 1, 1, 1, 1, 1});
-  g.tokens_per_micro_batch = 1;
-  for (int64_t stage = 0; stage < 2; ++stage) {
-    Program p;
-    p.stage = stage;
-    ProgramWriter w(p);
-    Op recv;
-    recv.kind = OpKind::recv;
-    recv.stream = Stream::comm;
-    recv.group = GroupKind::pp;
-    recv.phase = stage == 0 ? Phase::bwd : Phase::fwd;
-    recv.peer_offset = stage == 0 ? 1 : -1;
-    recv.comm_bytes = 1e6;
-    const uint32_t r = w.add(recv, stage == 0 ? "pp_recv.gradient" : "pp_recv.activation");
-    Op send = recv;
-    send.kind = OpKind::send;
-    send.phase = stage == 0 ? Phase::fwd : Phase::bwd;
-    const uint32_t s = w.add(send, stage == 0 ? "pp_send.activation" : "pp_send.gradient");
-    w.order_after(s, r);
-    g.programs.push_back(std::move(p));
-  }
+  const StepGraph g = test::two_stage_deadlock();
   const HardwareSpec hw = load_hardware(read_input("h200-hgx", "hardware", "HARDWARE"));
   const CostModel cost(hw);
   Engine engine(g, cost);

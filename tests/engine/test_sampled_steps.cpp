@@ -9,6 +9,7 @@
 #include <string>
 
 #include "../graph/graph_test_util.hpp"
+#include "deadlock_graph.hpp"
 #include "engine/sampled_steps.hpp"
 
 using namespace moesim;
@@ -82,29 +83,7 @@ TEST_CASE("steps over threads are the steps of one engine in order, for any thre
 }
 
 TEST_CASE("a step that cannot finish is rethrown, as the in-order run throws it") {
-  // Two pipeline stages whose sends each wait for the other's receive: every step deadlocks.
-  StepGraph g;
-  g.plan = ParallelPlan(MeshShape{2, 1, 1, 1, 1, 1});
-  g.tokens_per_micro_batch = 1;
-  for (int64_t stage = 0; stage < 2; ++stage) {
-    Program p;
-    p.stage = stage;
-    ProgramWriter w(p);
-    Op recv;
-    recv.kind = OpKind::recv;
-    recv.stream = Stream::comm;
-    recv.group = GroupKind::pp;
-    recv.phase = stage == 0 ? Phase::bwd : Phase::fwd;
-    recv.peer_offset = stage == 0 ? 1 : -1;
-    recv.comm_bytes = 1e6;
-    const uint32_t r = w.add(recv, stage == 0 ? "pp_recv.gradient" : "pp_recv.activation");
-    Op send = recv;
-    send.kind = OpKind::send;
-    send.phase = stage == 0 ? Phase::fwd : Phase::bwd;
-    const uint32_t snd = w.add(send, stage == 0 ? "pp_send.activation" : "pp_send.gradient");
-    w.order_after(snd, r);
-    g.programs.push_back(std::move(p));
-  }
+  const StepGraph g = test::two_stage_deadlock();
   const HardwareSpec hw = load_hardware(read_input("h200-hgx", "hardware", "HARDWARE"));
   const CostModel cost(hw);
   std::string expected;

@@ -5,7 +5,6 @@
 #include <atomic>
 #include <exception>
 #include <mutex>
-#include <optional>
 #include <thread>
 
 namespace moesim {
@@ -22,10 +21,20 @@ double engine_state_bytes(const StepGraph& graph) {
   return ops * kBytesPerOpAndRank;
 }
 
+size_t sampled_step_workers(const StepGraph& graph, const EngineOptions& options, const SampledStepsOptions& steps) {
+  const auto n = static_cast<size_t>(std::max<int64_t>(steps.steps, 1));
+  size_t workers = std::clamp<size_t>(static_cast<size_t>(std::max<int64_t>(steps.threads, 1)), 1, n);
+  if (steps.memory_budget_bytes > 0 && !options.distinct_ranks && workers > 1) {
+    const double fit = steps.memory_budget_bytes / std::max(engine_state_bytes(graph), 1.0);
+    workers = std::clamp<size_t>(static_cast<size_t>(fit), 1, workers);
+  }
+  return workers;
+}
+
 std::vector<StepResult> run_sampled_steps(const StepGraph& graph, const CostModel& cost, EngineOptions options,
                                           const SampledStepsOptions& steps) {
   const auto n = static_cast<size_t>(std::max<int64_t>(steps.steps, 0));
-  std::vector<std::optional<StepResult>> results(n);
+  std::vector<StepResult> results(n);
   std::vector<std::exception_ptr> errors(n);
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
@@ -54,11 +63,7 @@ std::vector<StepResult> run_sampled_steps(const StepGraph& graph, const CostMode
       failed = true;
     }
   };
-  size_t threads = std::clamp<size_t>(static_cast<size_t>(std::max<int64_t>(steps.threads, 1)), 1, std::max<size_t>(n, 1));
-  if (steps.memory_budget_bytes > 0 && !options.distinct_ranks && threads > 1) {
-    const double per_engine = engine_state_bytes(graph);
-    threads = std::clamp<size_t>(static_cast<size_t>(steps.memory_budget_bytes / std::max(per_engine, 1.0)), 1, threads);
-  }
+  const size_t threads = sampled_step_workers(graph, options, steps);
   if (threads == 1) {
     work();
   } else {
@@ -69,10 +74,7 @@ std::vector<StepResult> run_sampled_steps(const StepGraph& graph, const CostMode
   for (const std::exception_ptr& e : errors) {
     if (e) std::rethrow_exception(e);
   }
-  std::vector<StepResult> out;
-  out.reserve(n);
-  for (std::optional<StepResult>& r : results) out.push_back(std::move(*r));
-  return out;
+  return results;
 }
 
 }  // namespace moesim

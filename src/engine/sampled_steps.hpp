@@ -33,6 +33,10 @@ struct SampledStepsOptions {
 // frontier and block handles); with distinct ranks it holds less.
 double engine_state_bytes(const StepGraph& graph);
 
+// The workers run_sampled_steps starts: `steps.threads`, at most one per step, and with every rank
+// simulated no more than the memory budget holds engines of engine_state_bytes (at least one).
+size_t sampled_step_workers(const StepGraph& graph, const EngineOptions& options, const SampledStepsOptions& steps);
+
 // Runs the steps with `options` (its `step` and `record_timeline` are set per step). The first
 // failure by step index is rethrown after every worker stopped: the error a single engine
 // running the steps in order would have thrown first.

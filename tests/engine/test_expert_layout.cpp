@@ -133,13 +133,7 @@ TEST_CASE("the checker refuses layouts no framework runs") {
 }
 
 TEST_CASE("hierarchical dispatch across two nodes: the same graph, a shorter all-to-all and step") {
-  Plan p;  // Qwen3-30B-A3B (128 experts, top-8) with EP 16 over two 8-GPU H100 nodes
-  p.hardware = "h100-hgx";
-  p.devices = 16;
-  p.shard = 16;
-  p.ep = 16;
-  p.global_batch = 16;
-  p.seq = 4096;
+  Plan p = test::qwen3_two_nodes();
   const Scenario direct_s = test::scenario(p);
   p.ep_dispatch = "hierarchical";
   const Scenario hier_s = test::scenario(p);

@@ -17,15 +17,9 @@ using test::Plan;
 
 namespace {
 
-// Qwen3-30B-A3B (128 experts, top-8) with EP 16 over two 8-GPU H100 nodes: 8 experts per rank.
+// test::qwen3_two_nodes with `routing` and `dispatch`.
 Plan two_nodes(const std::string& routing, const std::string& dispatch = "direct") {
-  Plan p;
-  p.hardware = "h100-hgx";
-  p.devices = 16;
-  p.shard = 16;
-  p.ep = 16;
-  p.global_batch = 16;
-  p.seq = 4096;
+  Plan p = test::qwen3_two_nodes();
   p.ep_dispatch = dispatch;
   p.routing = routing;
   return p;

@@ -65,6 +65,18 @@ inline Plan k3_supernode() {
   return p;
 }
 
+// Qwen3-30B-A3B (128 experts, top-8) with EP 16 over two 8-GPU H100 nodes: 8 experts per rank.
+inline Plan qwen3_two_nodes() {
+  Plan p;
+  p.hardware = "h100-hgx";
+  p.devices = 16;
+  p.shard = 16;
+  p.ep = 16;
+  p.global_batch = 16;
+  p.seq = 4096;
+  return p;
+}
+
 // A dense model under tensor parallelism: Llama-3.1-405B, TP8 x FSDP2 2, full recompute.
 inline Plan dense_tp8() {
   Plan p;

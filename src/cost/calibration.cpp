@@ -40,6 +40,11 @@ const CalibrationTable* Calibration::cce_table(const Op& op) const {
   return it == cce.end() ? nullptr : &it->second;
 }
 
+const CalibrationTable* Calibration::memory_table(OpKind kind, Phase phase) const {
+  auto it = memory_by_kind.find({kind, phase == Phase::bwd});
+  return it == memory_by_kind.end() ? nullptr : &it->second;
+}
+
 CcePass cce_pass_of(const Op& op) {
   if (op.phase != Phase::bwd) return CcePass::forward;  // recompute is the forward launch again
   return op.trainable_weight ? CcePass::backward : CcePass::backward_frozen;
@@ -52,14 +57,22 @@ bool is_calibrated_attention_kind(OpKind kind) {
 
 bool attention_table_counts_bytes(OpKind kind) { return kind == OpKind::kv_gather; }
 
+bool is_memory_bound_kind(OpKind kind) {
+  using K = OpKind;
+  return kind == K::embedding || kind == K::norm || kind == K::activation || kind == K::elementwise ||
+         kind == K::short_conv || kind == K::permute || kind == K::unpermute || kind == K::kda_gate_cumsum ||
+         kind == K::topk || kind == K::attention_residual || kind == K::cross_entropy || kind == K::optimizer ||
+         kind == K::grad_accumulate || kind == K::dp_copy;
+}
+
 namespace {
 
 using nlohmann::json;
 
 // Version 2 added the optional "attention" tables, version 3 the optional "memory_overhead" (read
-// by the hardware loader, hardware_spec.cpp), version 4 the optional "collectives_inter_node";
-// versions 1 to 3 are still read.
-constexpr int kFormatVersion = 4;
+// by the hardware loader, hardware_spec.cpp), version 4 the optional "collectives_inter_node",
+// version 5 the optional "kernels/memory_by_kind"; versions 1 to 4 are still read.
+constexpr int kFormatVersion = 5;
 constexpr int kOldestVersion = 1;
 
 struct Reader {
@@ -152,7 +165,9 @@ Calibration load_calibration(const InputText& input, const json& root) {
   c.file = input.name;
   if (root.contains("kernels")) {
     const json& k = r.object(root["kernels"], "/kernels");
-    r.only_keys(k, "/kernels", {"gemm", "grouped_gemm", "memory", "cce"});
+    std::set<std::string> kernel_keys{"gemm", "grouped_gemm", "memory", "cce"};
+    if (version >= 5) kernel_keys.insert("memory_by_kind");
+    r.only_keys(k, "/kernels", kernel_keys);
     if (k.contains("gemm")) c.gemm_flops_per_s = r.table(k["gemm"], "/kernels/gemm", "min_mnk", "flops_per_s");
     if (k.contains("grouped_gemm")) {
       c.grouped_gemm_flops_per_s = r.table(k["grouped_gemm"], "/kernels/grouped_gemm", "rows_per_group", "flops_per_s");
@@ -164,6 +179,24 @@ Calibration load_calibration(const InputText& input, const json& root) {
       r.only_keys(passes, "/kernels/cce", {"forward", "backward", "backward_frozen"});
       for (const auto& [name, t] : passes.items()) {
         c.cce[*enum_from_name<CcePass>(name)] = r.table(t, pointer_append("/kernels/cce", name), "hidden_size", "flops_per_s");
+      }
+    }
+    if (k.contains("memory_by_kind")) {
+      // {"KIND": {"forward": table, "backward": table}}: bytes/s by bytes moved.
+      const json& kinds = r.object(k["memory_by_kind"], "/kernels/memory_by_kind");
+      for (const auto& [name, phases] : kinds.items()) {
+        const std::string path = pointer_append("/kernels/memory_by_kind", name);
+        const auto kind = enum_from_name<OpKind>(name);
+        if (!kind || !is_memory_bound_kind(*kind)) {
+          r.fail(path, "unknown memory-bound op kind (known: embedding, norm, activation, elementwise, short_conv, "
+                       "permute, unpermute, kda_gate_cumsum, topk, attention_residual, cross_entropy, optimizer, "
+                       "grad_accumulate, dp_copy)");
+        }
+        r.object(phases, path);
+        r.only_keys(phases, path, {"forward", "backward"});
+        for (const auto& [phase, t] : phases.items()) {
+          c.memory_by_kind[{*kind, phase == "backward"}] = r.table(t, pointer_append(path, phase), "bytes", "bytes_per_s");
+        }
       }
     }
   }

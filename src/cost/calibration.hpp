@@ -81,6 +81,12 @@ struct Calibration {
   // logit's HBM round trip is a fixed cost, its GEMM work 2 x hidden) and hardly depends on the
   // vocabulary or TP degree, so one table serves models of any of them (chunks of one width).
   std::map<CcePass, CalibrationTable> cce;
+  // Version 5, kernels/memory_by_kind: memory-bound kernels per op kind and pass, bytes/s by bytes
+  // moved, per (kind, backward?) as the attention tables. A fit to a profiler trace writes them: at
+  // equal size a norm, an activation's backward, a permute and the loss run at bandwidths up to 3x
+  // apart, so one table by bytes alone gives an op the rate of another kind that happened to move
+  // as many bytes in the trace. An op of a kind with a table reads it instead of kernels/memory.
+  std::map<std::pair<OpKind, bool>, CalibrationTable> memory_by_kind;
 
   // The bus-bandwidth table of a collective over n ranks in one scale-up domain, or null.
   const CalibrationTable* collective(OpKind kind, int64_t n) const;
@@ -88,10 +94,15 @@ struct Calibration {
   const CalibrationTable* attention_table(OpKind kind, Phase phase) const;
   // The CCE table of a cce_loss op's pass, or null (the op then stays on the GEMM table or curve).
   const CalibrationTable* cce_table(const Op& op) const;
+  // The memory-bound table of an op kind in a phase (bwd: backward; the others: forward), or null.
+  const CalibrationTable* memory_table(OpKind kind, Phase phase) const;
 };
 
 // The op kinds an attention table may name (format version 2).
 bool is_calibrated_attention_kind(OpKind kind);
+// The op kinds a kernels/memory_by_kind table may name (format version 5): the memory-bound
+// kernels (no GEMM, attention or KDA curve), not copies to the host or communication.
+bool is_memory_bound_kind(OpKind kind);
 // Whether that kind's table holds bytes/s (of the op's bytes read and written) rather than FLOP/s:
 // the DSA key gather of the unfused form, a memory-bound kernel.
 bool attention_table_counts_bytes(OpKind kind);

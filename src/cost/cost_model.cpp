@@ -146,6 +146,11 @@ double CostModel::kernel_seconds(const Op& op, double rows_scale) const {
   if (cal && op.dtype == Dtype::bf16 && flops > 0) {
     if (const CalibrationTable* cce = cal->cce_table(op)) return flops / cce->at(static_cast<double>(op.k)) + launch_s;
   }
+  // Calibrated memory-bound kernels of this kind and pass (kernels/memory_by_kind): the measured
+  // rate is the whole kernel, its arithmetic included, so no roofline max with the FLOP term.
+  if (cal && bytes > 0 && is_memory_bound_kind(op.kind)) {
+    if (const CalibrationTable* mem = cal->memory_table(op.kind, op.phase)) return bytes / mem->at(bytes) + cast_s + launch_s;
+  }
   double t = 0;
   if (flops > 0) {
     // Calibrated BF16 GEMMs run at the measured FLOP/s for their size measure; the rest on the curve.

@@ -79,6 +79,7 @@ TraceFit fit_calibration_from_traces(const std::vector<TraceFitSource>& sources,
   Table memory{"bytes", "bytes_per_s", false, {}};
   std::map<std::pair<std::string, std::string>, Table> attention;  // (kind, forward|backward)
   std::map<std::string, Table> cce;                                // by pass (CcePass)
+  std::map<std::pair<std::string, std::string>, Table> memory_by_kind;  // (kind, forward|backward)
   std::map<std::pair<std::string, int64_t>, Table> collectives;    // (kind, group size)
   std::vector<std::string> skipped;
   json traces = json::array();
@@ -94,7 +95,13 @@ TraceFit fit_calibration_from_traces(const std::vector<TraceFitSource>& sources,
                       {"steps", m.steps.size()}, {"step_gpu_s", m.step_seconds()},
                       {"host", {{"op_issue_s", host.op_issue_s}, {"kernel_issue_s", host.kernel_issue_s}}}});
     std::unordered_map<std::string, uint32_t> first_op;
-    for (uint32_t i = 0; i < p.ops.size(); ++i) first_op.try_emplace(p.name_of(p.ops[i]), i);
+    // The passes an op name runs in (bit 0 forward, bit 1 backward): FSDP2's all-gather copy of a
+    // unit is one name in forward and again in backward, measured as one.
+    std::unordered_map<std::string, unsigned> passes;
+    for (uint32_t i = 0; i < p.ops.size(); ++i) {
+      first_op.try_emplace(p.name_of(p.ops[i]), i);
+      passes[p.name_of(p.ops[i])] |= p.ops[i].phase == Phase::bwd ? 2u : 1u;
+    }
     for (const auto& [name, o] : m.ops) {
       if (o.num_kernels == 0 || o.seconds <= 0) continue;
       const Op& op = p.ops[first_op.at(name)];
@@ -149,13 +156,23 @@ TraceFit fit_calibration_from_traces(const std::vector<TraceFitSource>& sources,
         s.y = s.x / work_s;
         s.work = s.x;
         memory.samples.push_back(s);
+        // The same point in its kind's table, which the cost model reads first for that kind; the
+        // table of all kinds stays for kinds the trace did not run.
+        for (const unsigned pass : {1u, 2u}) {
+          if (!is_memory_bound_kind(op.kind) || !(passes.at(name) & pass)) continue;
+          Table& tab = memory_by_kind[{std::string(enum_name(op.kind)), pass == 2u ? "backward" : "forward"}];
+          tab.measure = "bytes";
+          tab.value = "bytes_per_s";
+          tab.bf16 = false;
+          tab.samples.push_back(s);
+        }
       } else {
         skipped.push_back(fold_layer(name) + " (no work the cost model reads)");
       }
     }
   }
 
-  json root = {{"format", "moesim-calibration"}, {"version", 3}};
+  json root = {{"format", "moesim-calibration"}, {"version", 5}};
   root["provenance"] = {{"source", "PyTorch profiler trace (moesim calibrate --from-trace)"},
                         {"traces", traces},
                         {"command", command},
@@ -178,6 +195,12 @@ TraceFit fit_calibration_from_traces(const std::vector<TraceFitSource>& sources,
   for (const auto& [pass, t] : cce) {
     if (!kernels.contains("cce")) kernels["cce"] = json::object();
     add(kernels["cce"], pass, t, "kernels/cce/" + pass);
+  }
+  for (const auto& [key, t] : memory_by_kind) {
+    if (!kernels.contains("memory_by_kind")) kernels["memory_by_kind"] = json::object();
+    json& by_kind = kernels["memory_by_kind"];
+    if (!by_kind.contains(key.first)) by_kind[key.first] = json::object();
+    add(by_kind[key.first], key.second, t, "kernels/memory_by_kind/" + key.first + "/" + key.second);
   }
   if (!kernels.empty()) root["kernels"] = kernels;
   json att = json::object();

@@ -286,7 +286,7 @@ FIT_ARGS = ["--from-trace", TRACES + "dense-s8192-mb1.rank0.json.gz", "--scenari
 with tempfile.TemporaryDirectory() as tmp:
     fitted = os.path.join(tmp, "fitted.json")
     r = run("calibrate", *FIT_ARGS, "--out", fitted)
-    expect("calibrate --from-trace", r.returncode == 0 and "fitted 48 calibration point(s)" in r.stdout
+    expect("calibrate --from-trace", r.returncode == 0 and "fitted 95 calibration point(s)" in r.stdout
            and "range layer*.attn.rope" not in r.stdout, r.stdout[-500:] + r.stderr[-500:])
     if os.path.exists(fitted):
         # The shipped fit is what the shipped traces give (provenance aside: command and date).
@@ -329,6 +329,30 @@ with tempfile.TemporaryDirectory() as tmp:
         expect("validate --from-trace gemm carries over", abs(fam["gemm"]["error"]) < 0.05, str(fam.get("gemm")))
         expect("validate --from-trace memory", j["peak_memory"]["measured_allocated_bytes"] == 8357668864, str(j.get("peak_memory")))
         expect("validate --from-trace steps", len(j["trace"]["steps"]) == 2 and j["step_time"]["measured_s"] > 0.08)
+    # The loop closed on a GPU-bound held-out configuration with full recompute (2026-12-02 traces,
+    # docs/calibration/from-trace.md): calibrated on one 8,192-token micro-batch, predicted for two
+    # of 16,384 tokens with each layer's forward rerun. Every range of the rerun is matched (two per
+    # forward op and micro-batch), and the step and families are the recorded ones.
+    for model, step_error in (("dense", -0.054), ("moe", -0.015)):
+        cal = os.path.join(tmp, model + "-8k.json")
+        r = run("calibrate", "--from-trace", TRACES + "2026-12-02/" + model + "-s8192-mb1.rank0.json.gz", "--scenario",
+                "scenarios/trace/" + model + "-s8k-mb1.json", "--out", cal)
+        expect(model + " calibrate on the 2026-12-02 trace", r.returncode == 0, r.stderr[-300:])
+        r = run("validate", "--json", "--from-trace", TRACES + "2026-12-02/" + model + "-s16384-mb2-full.rank0.json.gz",
+                "--scenario", "scenarios/trace/" + model + "-s16k-mb2-full.json", "--calibration", cal)
+        j = json.loads(r.stdout) if r.returncode == 0 else {}
+        expect(model + " validate held-out full recompute", r.returncode == 0, r.stderr[-300:])
+        if j:
+            err = j["step_time"]["error"]
+            expect(model + " held-out step error as recorded", abs(err - step_error) < 0.002, f"{err:+.4f}")
+            attn = [o for o in j["ops"] if o["name"] == "layer*.attn.flash_attention"]
+            expect(model + " recompute reruns matched", len(attn) == 1 and attn[0]["num_ops"] == 16, str(attn))
+            # RoPE's two ranges (q and k) per op are the only counts that differ from the graph's.
+            odd = [w for w in j["trace"]["warnings"] if "ranges per step" in w and "attn.rope" not in w]
+            expect(model + " every other op's ranges as the graph's ops", not odd, str(odd))
+            fam = {f["family"]: f for f in j["families"]}
+            for f in ("gemm", "attention", "loss", "optimizer"):
+                expect(model + " held-out " + f + " within 10%", abs(fam[f]["error"]) < 0.10, str(fam.get(f)))
     r = run("validate", "--from-trace", TRACES + "moe-s4096-mb2.rank0.json.gz", "--scenario", "scenarios/trace/moe-s4k-mb2.json")
     expect("validate --from-trace text", r.returncode == 0 and "per op family" in r.stdout and "grouped_gemm" in r.stdout,
            r.stderr[-300:])

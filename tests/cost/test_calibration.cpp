@@ -114,7 +114,7 @@ TEST_CASE("the reader takes the tables it knows and names the file and JSON path
   CHECK(c.collective(OpKind::all_gather, 2) == nullptr);
 
   json j = sample_calibration();
-  j["version"] = 5;
+  j["version"] = 6;
   expect_error(j, "/version", "unsupported version");
   j = sample_calibration();
   j["version"] = 2;  // memory_overhead came with version 3
@@ -459,6 +459,57 @@ TEST_CASE("without a kernels/cce table (or pass) the CCE ops keep today's cost: 
     ++others;
   }
   CHECK(others > 100);
+}
+
+TEST_CASE("version 5 kernels/memory_by_kind: read per kind and pass, checked, and used before kernels/memory") {
+  json j = sample_calibration();
+  j["version"] = 5;
+  const auto table = [](double x0, double y0, double x1, double y1) {
+    return json{{"measure", "bytes"}, {"value", "bytes_per_s"}, {"points", {{x0, y0}, {x1, y1}}}};
+  };
+  j["kernels"]["memory_by_kind"] = {{"norm", {{"forward", table(1e6, 2e12, 1e9, 3e12)}, {"backward", table(1e6, 1e12, 1e9, 1.5e12)}}},
+                                    {"activation", {{"backward", table(1e8, 0.8e12, 1e9, 0.8e12)}}}};
+  const Calibration c = load_calibration(text(j));
+  CHECK(c.memory_by_kind.size() == 3);
+  CHECK(c.memory_table(OpKind::norm, Phase::fwd) == &c.memory_by_kind.at({OpKind::norm, false}));
+  CHECK(c.memory_table(OpKind::norm, Phase::recompute) == &c.memory_by_kind.at({OpKind::norm, false}));
+  CHECK(c.memory_table(OpKind::norm, Phase::bwd) == &c.memory_by_kind.at({OpKind::norm, true}));
+  CHECK(c.memory_table(OpKind::activation, Phase::fwd) == nullptr);
+  CHECK(c.memory_table(OpKind::gemm, Phase::fwd) == nullptr);
+
+  // t = bytes / table(bytes) + launch for a kind and pass with a table; kernels/memory for the rest.
+  const HardwareSpec hw = hardware_with(j);
+  const CostModel cost(hw);
+  const double launch = hw.device.kernel_launch_overhead.value;
+  Op op;
+  op.kind = OpKind::norm;
+  op.dtype = Dtype::bf16;
+  op.bytes_read = 6e8;
+  op.bytes_written = 4e8;  // 1e9 bytes: the tables' last points
+  op.flops = 1e12;         // a norm's arithmetic: not a roofline term under a measured rate
+  op.phase = Phase::fwd;
+  CHECK(cost.kernel_seconds(op) == doctest::Approx(1e9 / 3e12 + launch).epsilon(1e-12));
+  op.phase = Phase::bwd;
+  CHECK(cost.kernel_seconds(op) == doctest::Approx(1e9 / 1.5e12 + launch).epsilon(1e-12));
+  CHECK(cost.kernel_seconds(op, 2.0) == doctest::Approx(2e9 / 1.5e12 + launch).epsilon(1e-12));  // clamped: time grows with bytes
+  op.kind = OpKind::activation;
+  CHECK(cost.kernel_seconds(op) == doctest::Approx(1e9 / 0.8e12 + launch).epsilon(1e-12));
+  op.phase = Phase::fwd;  // no forward activation table: kernels/memory (4e12 at 1e9 bytes), under the roofline max
+  op.flops = 0;
+  CHECK(cost.kernel_seconds(op) == doctest::Approx(1e9 / 4e12 + launch).epsilon(1e-12));
+
+  json bad = j;
+  bad["kernels"]["memory_by_kind"]["gemm"] = bad["kernels"]["memory_by_kind"]["norm"];
+  expect_error(bad, "/kernels/memory_by_kind/gemm", "unknown memory-bound op kind");
+  bad = j;
+  bad["kernels"]["memory_by_kind"]["norm"]["recompute"] = table(1, 1, 2, 2);
+  expect_error(bad, "/kernels/memory_by_kind/norm/recompute", "unknown key");
+  bad = j;
+  bad["kernels"]["memory_by_kind"]["norm"]["forward"]["measure"] = "rows";
+  expect_error(bad, "/kernels/memory_by_kind/norm/forward/measure", "bytes");
+  bad = j;
+  bad["version"] = 4;  // a key of version 5
+  expect_error(bad, "/kernels/memory_by_kind", "unknown key");
 }
 
 TEST_CASE("version 4 inter-node collective tables: read apart from the ones within a node, checked") {

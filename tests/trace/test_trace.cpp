@@ -6,6 +6,7 @@
 // the fitted calibration gives back the measured time of the ops at each calibration point.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -246,10 +247,16 @@ TEST_CASE("the fit: the fitted calibration gives back the measured time of the o
   const TraceFit fit = fit_calibration_from_traces({{&l.match, &l.graph, &cost, "moe-s4k-mb2"}}, "test");
   const nlohmann::json j = nlohmann::json::parse(fit.json);
   CHECK(j["format"] == "moesim-calibration");
-  CHECK(j["version"] == 3);
+  CHECK(j["version"] == 5);
   CHECK(j["kernels"].contains("gemm"));
   CHECK(j["kernels"].contains("grouped_gemm"));
   CHECK(j["kernels"].contains("memory"));
+  // Memory-bound kernels also by kind and pass: norms, activations, the permutes, the loss, copies.
+  for (const char* kind : {"norm", "activation", "permute", "unpermute", "cross_entropy", "dp_copy"}) {
+    INFO(kind);
+    CHECK(j["kernels"]["memory_by_kind"][kind].contains("forward"));
+    CHECK(j["kernels"]["memory_by_kind"][kind].contains("backward"));
+  }
   CHECK(j["attention"]["flash_attention"].contains("forward"));
   CHECK(j["attention"]["flash_attention"].contains("backward"));
 
@@ -261,6 +268,7 @@ TEST_CASE("the fit: the fitted calibration gives back the measured time of the o
   // Per table point: the ops there, costed with the fitted file, take together what they measured.
   const Program& p = l.graph.programs[0];
   std::map<std::string, std::pair<double, double>> by_point;  // "table x" -> (measured, predicted)
+  std::map<std::string, int> ops_at;
   int64_t checked = 0;
   for (const auto& [name, o] : l.match.ops) {
     if (o.num_kernels == 0 || o.kind == OpKind::optimizer) continue;
@@ -279,11 +287,13 @@ TEST_CASE("the fit: the fitted calibration gives back the measured time of the o
       key = "attention " + std::string(op->phase == Phase::bwd ? "bwd " : "fwd ") + std::to_string(op->m);
     } else if (curve == CostModel::Curve::gemm || curve == CostModel::Curve::grouped_gemm) {
       key = (curve == CostModel::Curve::gemm ? "gemm " : "grouped ") + std::to_string(x);
-    } else {
-      key = "memory " + std::to_string(op->bytes_read + op->bytes_written);
+    } else {  // its kind's table (kernels/memory_by_kind), by pass
+      key = "memory " + std::string(enum_name(op->kind)) + (op->phase == Phase::bwd ? " bwd " : " fwd ") +
+            std::to_string(op->bytes_read + op->bytes_written);
     }
     by_point[key].first += o.per_op_seconds();
     by_point[key].second += fitted.kernel_seconds(*op);
+    ++ops_at[key];
     ++checked;
   }
   CHECK(checked > 30);
@@ -291,6 +301,19 @@ TEST_CASE("the fit: the fitted calibration gives back the measured time of the o
     INFO(key);
     CHECK(mp.second == doctest::Approx(mp.first).epsilon(1e-9));
   }
+  // Why by kind: in this trace ops of different kinds move equal bytes at rates far apart, which a
+  // table by bytes alone would average (and then give neither its measured time).
+  std::map<std::string, std::vector<double>> rate_at_bytes;  // "bytes" -> each kind's mean time per op there
+  for (const auto& [key, mp] : by_point) {
+    if (key.rfind("memory ", 0) != 0) continue;
+    rate_at_bytes[key.substr(key.rfind(' ') + 1)].push_back(mp.first / ops_at.at(key));
+  }
+  bool apart = false;
+  for (const auto& [bytes, times] : rate_at_bytes) {
+    const auto [lo, hi] = std::minmax_element(times.begin(), times.end());
+    apart = apart || *hi > 1.2 * *lo;
+  }
+  CHECK(apart);
 }
 
 TEST_CASE("the fit: CCE loss ops go to kernels/cce by pass at their hidden size and get their measured time back") {

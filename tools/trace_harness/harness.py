@@ -17,8 +17,10 @@ Usage (one GPU; torchrun --nproc-per-node N for N GPUs: FSDP over all, experts s
 
     python3 harness.py --out traces/ --config dense:4096:2 --config moe:4096:2
 
-A config is MODEL:SEQ:MICRO_BATCHES (one sequence per micro-batch; MODEL dense or moe); the
-trace of each is OUT/MODEL-sSEQ-mbN.rankR.json.gz, and OUT/MODEL-sSEQ-mbN.rankR.txt its summary.
+A config is MODEL:SEQ:MICRO_BATCHES[:RECOMPUTE] (one sequence per micro-batch; MODEL dense or moe;
+RECOMPUTE none, the default, or full: each layer's forward rerun in backward, the scenario's
+recompute.policy full); the trace of each is OUT/MODEL-sSEQ-mbN[-full].rankR.json.gz, and the .txt
+of the same name its summary.
 """
 import argparse
 import gzip
@@ -33,6 +35,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
+from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 # The models (models/calibration/llama-slice.json and qwen3-moe-slice.json); keep them equal.
 MODELS = {
@@ -283,16 +286,28 @@ class _AllToAll(torch.autograd.Function):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg, layer, ep_group):
+    def __init__(self, cfg, layer, ep_group, recompute=False):
         super().__init__()
         d = cfg["hidden"]
         self.p = f"layer{layer}"
+        self.recompute = recompute
         self.attn_norm = nn.RMSNorm(d, eps=1e-6)
         self.attn = Attention(cfg, layer)
         self.ffn_norm = nn.RMSNorm(d, eps=1e-6)
         self.ffn = MoE(cfg, layer, ep_group) if cfg["experts"] else DenseFFN(cfg, layer)
 
     def forward(self, h, cos, sin):
+        if not self.recompute:
+            return self._forward(h, cos, sin)
+        # Full recompute as torchtitan's full activation checkpointing runs it (non-reentrant
+        # checkpoint of each layer inside its FSDP unit, no RNG state kept): only the layer's inputs
+        # are saved and its whole forward reruns, in the same ranges, before its backward. Early stop
+        # is off so that the rerun goes to the layer's last op, as the graph's recompute ops do (with
+        # it on, PyTorch stops after the last op whose saved tensors backward needs).
+        with set_checkpoint_early_stop(False):
+            return checkpoint(self._forward, h, cos, sin, use_reentrant=False, preserve_rng_state=False)
+
+    def _forward(self, h, cos, sin):
         p = self.p
         y = self.attn(op_range(p + ".attn_norm", self.attn_norm, h), cos, sin)
         h = op_range(p + ".attn_residual_add", torch.add, h, y)
@@ -301,11 +316,11 @@ class Block(nn.Module):
 
 
 class Model(nn.Module):
-    def __init__(self, cfg, ep_group):
+    def __init__(self, cfg, ep_group, recompute=False):
         super().__init__()
         self.cfg = cfg
         self.embedding = nn.Embedding(cfg["vocab"], cfg["hidden"])
-        self.layers = nn.ModuleList(Block(cfg, i + 1, ep_group) for i in range(cfg["layers"]))
+        self.layers = nn.ModuleList(Block(cfg, i + 1, ep_group, recompute) for i in range(cfg["layers"]))
         self.final_norm = nn.RMSNorm(cfg["hidden"], eps=1e-6)
         self.lm_head = nn.Linear(cfg["hidden"], cfg["vocab"], bias=False)
 
@@ -324,12 +339,15 @@ class Model(nn.Module):
 def run_config(args, spec, rank, world, device, ep_group):
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    name, seq, micro = spec.split(":")
-    seq, micro = int(seq), int(micro)
+    fields = spec.split(":")
+    if len(fields) not in (3, 4) or (len(fields) == 4 and fields[3] not in ("none", "full")):
+        raise SystemExit(f"--config {spec}: expected MODEL:SEQ:MICRO_BATCHES[:none|full]")
+    name, seq, micro = fields[0], int(fields[1]), int(fields[2])
+    recompute = len(fields) == 4 and fields[3] == "full"
     cfg = MODELS[name]
     torch.manual_seed(1234)
     with torch.device(device):
-        model = Model(cfg, ep_group)
+        model = Model(cfg, ep_group, recompute)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for block in model.layers:  # one FSDP unit per layer, the graph's units (embedding, layers, head)
         # With experts split over the EP group (all ranks here) their weights are not FSDP-sharded
@@ -368,7 +386,7 @@ def run_config(args, spec, rank, world, device, ep_group):
         step()
         unprofiled.append(time.perf_counter() - start)
     torch.cuda.reset_peak_memory_stats()
-    tag = f"{name}-s{seq}-mb{micro}"
+    tag = f"{name}-s{seq}-mb{micro}" + ("-full" if recompute else "")
     path = os.path.join(args.out, f"{tag}.rank{rank}.json")
     walls = []
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], profile_memory=args.memory,
@@ -384,7 +402,8 @@ def run_config(args, spec, rank, world, device, ep_group):
     os.remove(path)
     peak = torch.cuda.max_memory_allocated()
     summary = {"config": tag, "rank": rank, "world": world, "device": torch.cuda.get_device_name(device),
-               "torch": torch.__version__, "seq": seq, "micro_batches": micro, "traced_steps": args.steps,
+               "torch": torch.__version__, "seq": seq, "micro_batches": micro,
+               "recompute": "full" if recompute else "none", "traced_steps": args.steps,
                "step_wall_s": walls[1:], "unprofiled_step_wall_s": unprofiled[1:],
                "peak_allocated_bytes": peak,
                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -399,7 +418,7 @@ def run_config(args, spec, rank, world, device, ep_group):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--config", action="append", required=True, help="MODEL:SEQ:MICRO_BATCHES, repeatable")
+    ap.add_argument("--config", action="append", required=True, help="MODEL:SEQ:MICRO_BATCHES[:none|full], repeatable")
     ap.add_argument("--warmup", type=int, default=3, help="untraced steps first (the last ones timed without the profiler)")
     ap.add_argument("--steps", type=int, default=2, help="traced steps (after one profiler warm-up step)")
     ap.add_argument("--no-memory", dest="memory", action="store_false", help="leave out memory events")

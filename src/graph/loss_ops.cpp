@@ -53,6 +53,74 @@ void tp_statistics(ProgramWriter& w, const LayerContext& c, const TapePolicy& po
   w.order_after(i, after);
 }
 
+// PyTorch's F.cross_entropy(logits.float(), labels) on the head's BF16 logits, per logit (a: bytes
+// of the activation format):
+//   forward   the cast (a -> 4), log_softmax (4 -> 4, saved for backward), nll_loss (a gather):
+//             3 kernels. The BF16 logits and the FP32 copy die with the call (torchtitan drops its
+//             reference to the logits before backward), so at most a + 8 bytes live, 4 after.
+//   backward  a zero-fill (-> 4) and nll_loss_backward's scatter, log_softmax_backward (8 -> 4),
+//             the cast back (4 -> a): 4 kernels. The saved log-probabilities, the NLL gradient and
+//             the log-softmax gradient live together (12 bytes); the cast's BF16 output comes after
+//             the first two are freed, so it is counted from lm_head.bwd, its reader.
+// The harness (tools/trace_harness) measures these kernels on an H200 (docs/calibration/from-trace.md).
+LossState eager_forward(ProgramWriter& w, const LayerContext& c, const TapePolicy& policy, int32_t micro, LossState st,
+                        const TensorDesc& x_desc, const Shape& s) {
+  const double n = elements(s.tokens, s.vocab);
+  const double a = dtype_bytes(c.act);
+  const TensorDesc logits{{s.tokens, s.vocab, 0, 0}, c.act};
+  Op head = head_gemm(Phase::fwd, c, micro, s.tokens, s);
+  head.bytes_written = n * a;
+  const uint32_t g = w.add(head, "lm_head", std::span(&x_desc, 1), std::span(&logits, 1));
+  w.order_after(g, st.x_producer);
+  const uint32_t lb = w.buffer(logits.bytes(), MemCategory::logits, "loss.logits");
+  w.effect(g, lb, MemAction::alloc);
+  tp_statistics(w, c, policy, micro, s.tokens, g);
+  Op ce = base(OpKind::cross_entropy, Phase::fwd, c, micro);
+  ce.dtype = Dtype::fp32;
+  ce.num_kernels = 3;
+  ce.flops = 4.0 * n;
+  ce.bytes_read = n * (a + 4.0) + static_cast<double>(s.tokens) * 4.0;
+  ce.bytes_written = n * 8.0 + static_cast<double>(s.tokens) * 4.0;
+  st.last_forward_op = w.add(ce, "loss.cross_entropy", std::span(&logits, 1));
+  const uint32_t copy = w.buffer(n * 4.0, MemCategory::logits, "loss.logits_fp32");
+  const uint32_t log_probs = w.buffer(n * 4.0, MemCategory::logits, "loss.log_probs");
+  w.effect(st.last_forward_op, copy, MemAction::alloc);
+  w.effect(st.last_forward_op, log_probs, MemAction::alloc);
+  w.effect(st.last_forward_op, copy, MemAction::free);
+  w.effect(st.last_forward_op, lb, MemAction::free);
+  st.saved.push_back(log_probs);
+  return st;
+}
+
+std::pair<uint32_t, uint32_t> eager_backward(ProgramWriter& w, const LayerContext& c, int32_t micro, const LossState& st,
+                                             uint32_t dx, const TensorDesc& x_desc, const Shape& s) {
+  const double n = elements(s.tokens, s.vocab);
+  const double a = dtype_bytes(c.act);
+  const TensorDesc log_probs{{s.tokens, s.vocab, 0, 0}, Dtype::fp32};
+  const TensorDesc grad{{s.tokens, s.vocab, 0, 0}, c.act};
+  Op ce = base(OpKind::cross_entropy, Phase::bwd, c, micro);
+  ce.dtype = Dtype::fp32;
+  ce.num_kernels = 4;
+  ce.flops = 2.0 * n;
+  ce.bytes_read = n * 12.0;
+  ce.bytes_written = n * (8.0 + a);
+  const uint32_t ci = w.add(ce, "loss.cross_entropy.bwd", std::span(&log_probs, 1), std::span(&grad, 1));
+  const uint32_t fp32_grads = w.buffer(n * 8.0, MemCategory::logits, "loss.logits_fp32_grads");
+  w.effect(ci, fp32_grads, MemAction::alloc);
+  w.effect(ci, fp32_grads, MemAction::free);
+  for (uint32_t b : st.saved) w.effect(ci, b, MemAction::free);
+  Op g = head_gemm(Phase::bwd, c, micro, s.tokens, s);
+  g.flops = 2.0 * elements(s.tokens, s.d, s.vocab) * (s.trainable ? 2 : 1);
+  g.bytes_written = x_desc.bytes();
+  const uint32_t gi = w.add(g, "lm_head.bwd", std::span(&grad, 1), std::span(&x_desc, 1));
+  const uint32_t gb = w.buffer(grad.bytes(), MemCategory::logits, "loss.logits_grad");
+  w.effect(gi, gb, MemAction::alloc);
+  w.effect(gi, gb, MemAction::free);
+  w.effect(gi, dx, MemAction::alloc);
+  w.effect(gi, st.x_buffer, MemAction::free);
+  return {dx, gi};
+}
+
 }  // namespace
 
 LossState emit_loss_forward(ProgramWriter& w, const LayerContext& c, const TapePolicy& policy, int32_t micro,
@@ -64,6 +132,9 @@ LossState emit_loss_forward(ProgramWriter& w, const LayerContext& c, const TapeP
     w.order_after(op, x_producer);
   };
   const TensorDesc x_desc{{s.tokens, s.d, 0, 0}, c.act};
+  if (kind == LossKind::full && c.scenario->loss.implementation == LossImplementation::eager) {
+    return eager_forward(w, c, policy, micro, st, x_desc, s);
+  }
   if (kind == LossKind::full) {
     const TensorDesc logits{{s.tokens, s.vocab, 0, 0}, Dtype::fp32};
     const uint32_t g = w.add(head_gemm(Phase::fwd, c, micro, s.tokens, s), "lm_head", std::span(&x_desc, 1),
@@ -121,6 +192,9 @@ std::pair<uint32_t, uint32_t> emit_loss_backward(ProgramWriter& w, const LayerCo
   const TensorDesc x_desc{{s.tokens, s.d, 0, 0}, c.act};
   const uint32_t dx = w.buffer(x_desc.bytes(), MemCategory::gradient, "loss.grad_x");
   const double gemm_flops = 2.0 * elements(s.tokens, s.d, s.vocab);
+  if (kind == LossKind::full && c.scenario->loss.implementation == LossImplementation::eager) {
+    return eager_backward(w, c, micro, st, dx, x_desc, s);
+  }
   if (kind == LossKind::full) {
     const TensorDesc logits{{s.tokens, s.vocab, 0, 0}, Dtype::fp32};
     Op ce = base(OpKind::cross_entropy, Phase::bwd, c, micro);

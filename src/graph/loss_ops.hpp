@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The LM head and loss of the last pipeline stage, in three forms:
-//   full     logits (T x V/tp, fp32) materialised in forward and kept for backward;
+//   full     logits (T x V/tp) materialised in forward and kept for backward: fused, FP32 logits
+//            the head writes and one kernel each way; eager, PyTorch's cross-entropy on an FP32
+//            copy of BF16 logits (loss.implementation);
 //   chunked  the sequence split in chunks; each chunk's logits exist only while its loss is
 //            computed, and are recomputed chunk by chunk in backward;
 //   cce      cut cross-entropy: logits computed blockwise on chip, never written; the backward

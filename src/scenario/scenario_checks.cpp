@@ -368,6 +368,9 @@ class ScenarioChecker {
 
   void check_loss() const {
     const auto& l = spec_.loss;
+    if (l.implementation != LossImplementation::fused && l.kind != LossKind::full) {
+      fail("/loss/implementation", "only applies to the full loss");
+    }
     if (l.kind == LossKind::chunked) {
       if (l.chunk_tokens == 0) fail("/loss/chunk_tokens", "must be positive for the chunked loss");
       if (l.chunk_tokens > spec_.batch.sequence_length) {

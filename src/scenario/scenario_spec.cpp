@@ -171,6 +171,11 @@ void declare_fields(F& f, LossSpec& s) {
   f.optional("kind", s.kind, LossKind::full,
              "full materialises all logits; chunked splits along the sequence; cce along the vocabulary, never "
              "materialising the logits.");
+  f.optional("implementation", s.implementation, LossImplementation::fused,
+             "How the full loss's cross-entropy runs. fused: one kernel each way on FP32 logits the head "
+             "writes, the gradient in place (4 bytes a logit). eager: PyTorch's F.cross_entropy(logits.float()), "
+             "as torchtitan runs it: BF16 logits, an FP32 copy, the FP32 log-probabilities saved; backward "
+             "zero-fill, NLL and log-softmax backward in FP32, cast back (up to 12 bytes a logit at once).");
   f.optional("chunk_tokens", s.chunk_tokens, int64_t{0}, "Tokens per chunk (chunked only).", non_negative(limits::kMaxSequence));
   f.optional("vocab_chunk", s.vocab_chunk, int64_t{0}, "Vocabulary entries per chunk (cce only).", non_negative(limits::kMaxVocab));
 }

@@ -34,6 +34,11 @@ enum class RecomputePolicy { none, selective, full };
 // kernels, hierarchical dispatchers).
 enum class ExpertDispatch { direct, hierarchical };
 enum class LossKind { full, chunked, cce };
+// How the full loss runs its cross-entropy: one kernel each way on FP32 logits the head writes, in
+// place (a fused loss: Megatron-Core's cross_entropy_loss_fusion, Liger's), or PyTorch's
+// F.cross_entropy(logits.float()) as torchtitan calls it (a cast, log-softmax and NLL kernels; their
+// FP32 intermediates, loss_ops.cpp).
+enum class LossImplementation { fused, eager };
 // How the memory-bound ops around the matmuls (norms, activations, RoPE) run: one hand-written
 // kernel per op (Transformer Engine, Apex, Megatron's fusions), one Inductor kernel per op under
 // torch.compile, or PyTorch eager's decomposition into several kernels (graph/elementwise_kernels.hpp).
@@ -219,6 +224,7 @@ struct SwapSpec {
 
 struct LossSpec {
   LossKind kind = LossKind::full;
+  LossImplementation implementation = LossImplementation::fused;  // full only
   int64_t chunk_tokens = 0;  // chunked: tokens per chunk
   int64_t vocab_chunk = 0;   // cce: vocabulary entries per chunk
 };
@@ -435,6 +441,13 @@ struct EnumNames<LossKind> {
       {"full", LossKind::full},
       {"chunked", LossKind::chunked},
       {"cce", LossKind::cce},
+  }};
+};
+template <>
+struct EnumNames<LossImplementation> {
+  static constexpr std::array<std::pair<std::string_view, LossImplementation>, 2> names{{
+      {"fused", LossImplementation::fused},
+      {"eager", LossImplementation::eager},
   }};
 };
 template <>

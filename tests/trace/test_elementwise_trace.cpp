@@ -93,6 +93,7 @@ TEST_CASE("fused is the graph moesim always built; compiled and eager only add k
     s.spec.fused_ops.elementwise = mode;
     s.spec.fused_ops.eager_rms_norm = norm;
     s.spec.fused_ops.eager_rope = rope;
+    s.spec.loss.implementation = LossImplementation::fused;  // the harness's eager loss: tests/engine/test_loss.cpp
     return ops_by_name(build_step_graph(s));
   };
   const auto fused = graph_with(ElementwiseExecution::fused, EagerRmsNorm::kernel, EagerRope::real);

@@ -744,6 +744,9 @@ class Launcher {
 
   // The full (unchunked) loss: the logits already exist; one pass writes loss and gradient.
   void cross_entropy_op() {
+    if (op_.num_kernels != 1) {
+      no_kernel(p_, op_, "loss.implementation eager is simulated only (the executor's loss is one fused kernel each way)");
+    }
     const TensorDesc& l = p_.inputs(op_).front();
     const int64_t rows = l.shape[0], vocab = cols_of(l);
     auto* logits = in<bf16_bits>(rows * vocab);

@@ -236,6 +236,13 @@ std::string run_validate_from_trace(const TraceCommand& c) {
   const double pred_tensors = mem.peak_hbm_bytes - mem.allocator_reserve_bytes - p.persistent.runtime;
   const bool has_memory = t.peak_allocated_bytes >= 0;
   const double mem_err = has_memory ? error_of(pred_tensors, t.peak_allocated_bytes) : 0;
+  // The peak above what the step starts with (measured: the allocator's state when the steps began;
+  // predicted: the persistent tensors), which what else the process holds does not move.
+  const bool has_start = has_memory && t.start_allocated_bytes >= 0;
+  const double pred_start = mem.persistent_bytes - p.persistent.runtime;
+  const double meas_above = t.peak_allocated_bytes - t.start_allocated_bytes;
+  const double pred_above = pred_tensors - pred_start;
+  const double above_err = has_start ? error_of(pred_above, meas_above) : 0;
 
   std::vector<std::pair<std::string, Pair>> fam_rows(families.begin(), families.end());
   std::sort(fam_rows.begin(), fam_rows.end(), [](const auto& a, const auto& b) {
@@ -264,6 +271,13 @@ std::string run_validate_from_trace(const TraceCommand& c) {
                           {"predicted_tensor_bytes", pred_tensors},
                           {"error", mem_err},
                           {"pass", std::fabs(mem_err) <= kStepTarget}};
+      if (has_start) {
+        j["peak_memory"]["measured_step_start_bytes"] = t.start_allocated_bytes;
+        j["peak_memory"]["predicted_step_start_bytes"] = pred_start;
+        j["peak_memory"]["measured_above_start_bytes"] = meas_above;
+        j["peak_memory"]["predicted_above_start_bytes"] = pred_above;
+        j["peak_memory"]["error_above_start"] = above_err;
+      }
     }
     j["host"] = host_json(host, t, m.graph);
     j["unmatched_seconds"] = unmatched_s;
@@ -313,6 +327,12 @@ std::string run_validate_from_trace(const TraceCommand& c) {
     out += "  peak memory    allocated " + fmt("%.3f GB", t.peak_allocated_bytes / 1e9) + " (reserved " +
            fmt("%.3f GB", t.peak_reserved_bytes / 1e9) + "), predicted tensors " + fmt("%.3f GB", pred_tensors / 1e9) +
            ", error " + pct(mem_err) + "  [" + (std::fabs(mem_err) <= kStepTarget ? "pass" : "FAIL") + ", target 5%]\n";
+    if (has_start) {
+      out += "                 above the step's start: measured " + fmt("%.3f GB", meas_above / 1e9) + ", predicted " +
+             fmt("%.3f GB", pred_above / 1e9) + ", error " + pct(above_err) + " (at the start: measured " +
+             fmt("%.3f GB", t.start_allocated_bytes / 1e9) + ", predicted persistent " + fmt("%.3f GB", pred_start / 1e9) +
+             ")\n";
+    }
   } else {
     out += "  peak memory    the trace has no memory events (profile_memory=True records them)\n";
   }

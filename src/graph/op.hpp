@@ -144,7 +144,9 @@ enum class MemAction : uint8_t {
   to_device,  // swap in: HBM allocated at start, DDR freed at end
 };
 
-enum class MemCategory : uint8_t { activation, gradient, gathered_params, unsharded_grads, logits, comm_buffer, workspace };
+// step_grads: the parameter gradients under training.gradient_memory per_step (persistent
+// otherwise, Program::persistent.grads).
+enum class MemCategory : uint8_t { activation, gradient, gathered_params, unsharded_grads, logits, comm_buffer, workspace, step_grads };
 
 // A transient buffer of a program (persistent state is accounted per program, not per op).
 struct Buffer {
@@ -290,7 +292,7 @@ struct EnumNames<MemAction> {
 };
 template <>
 struct EnumNames<MemCategory> {
-  static constexpr std::array<std::pair<std::string_view, MemCategory>, 7> names{{
+  static constexpr std::array<std::pair<std::string_view, MemCategory>, 8> names{{
       {"activation", MemCategory::activation},
       {"gradient", MemCategory::gradient},
       {"gathered_params", MemCategory::gathered_params},
@@ -298,6 +300,7 @@ struct EnumNames<MemCategory> {
       {"logits", MemCategory::logits},
       {"comm_buffer", MemCategory::comm_buffer},
       {"workspace", MemCategory::workspace},
+      {"step_grads", MemCategory::step_grads},
   }};
 };
 

@@ -209,6 +209,8 @@ class StepBuilder {
     first_fwd_op_.clear();
     first_bwd_op_.clear();
     last_reduce_.clear();
+    step_grads_.clear();
+    step_grads_held_.clear();
     grads_done_.clear();
     accumulated_.clear();
     held_back_.clear();
@@ -344,7 +346,11 @@ class StepBuilder {
         const double moments = states * part.trainable / d.states * dtype_bytes(prec.optimizer_states);
         (offload_ == OffloadKind::parameters ? p.persistent.host_params : p.persistent.params) += params;
         (offload ? p.persistent.host_master_params : p.persistent.master_params) += master;
-        (grads_on_host(part) ? p.persistent.host_grads : p.persistent.grads) += grads;
+        if (grads_on_host(part)) {
+          p.persistent.host_grads += grads;
+        } else if (!step_grads()) {
+          p.persistent.grads += grads;
+        }
         (offload ? p.persistent.host_optimizer_states : p.persistent.optimizer_states) += moments;
       }
     }
@@ -518,6 +524,33 @@ class StepBuilder {
   bool has_unsharded_buffer(const Part& part) const {
     return needs_reduction(part) && zero_stage_ >= 2 && plan_.group_size(part.shard_group) > 1;
   }
+
+  // training.gradient_memory per_step: a part's gradients (the bytes persistent() would hold) take
+  // HBM from where the step first writes them to the unit's optimizer update. Written by the first
+  // reduction of the step where the full gradients wait in a buffer of their own (ZeRO-2, FSDP2:
+  // the shard is the reduction's output), else by the unit's first backward (param.grad).
+  bool step_grads() const { return spec_.training.gradient_memory == GradientMemory::per_step; }
+  std::optional<uint32_t> new_step_grads(ProgramWriter& w, int64_t layer, const Part& part) {
+    if (!step_grads() || part.trainable <= 0 || grads_on_host(part)) return std::nullopt;
+    if (!step_grads_held_.insert({layer, part.name}).second) return std::nullopt;
+    const double bytes = part.trainable / divisors(plan_.group_size(part.shard_group)).grads *
+                         dtype_bytes(spec_.training.precision.grads);
+    const uint32_t b = w.buffer(bytes, MemCategory::step_grads, unit_name(layer) + ".step_grads." + part.name);
+    step_grads_[layer].push_back(b);
+    return b;
+  }
+  // The buffers of the unit's backward start: its parts without a buffer of unsharded gradients.
+  void step_grads_at_backward(ProgramWriter& w, int64_t layer, std::vector<uint32_t>& alloc) {
+    for (const Part& part : parts(units_.at(layer))) {
+      if (has_unsharded_buffer(part)) continue;
+      if (auto b = new_step_grads(w, layer, part)) alloc.push_back(*b);
+    }
+  }
+  // The shard a reduction just wrote (`writer`, the last op added) of a part with unsharded gradients.
+  void step_grads_at_reduction(ProgramWriter& w, int64_t layer, const Part& part, uint32_t writer) {
+    if (!has_unsharded_buffer(part)) return;
+    if (auto b = new_step_grads(w, layer, part)) w.effect(writer, *b, MemAction::alloc);
+  }
   // Under CPU offload, a part's sharded gradients live in host memory when the reduction writes
   // them to a shard buffer of their own (ZeRO-2/3 with a shard group); otherwise (ZeRO-1, or a
   // part nobody shards) they stay in HBM, where the backward accumulates them, and only a copy of
@@ -669,6 +702,7 @@ class StepBuilder {
         w.order_after(c, last);
         last = c;
       }
+      step_grads_at_reduction(w, layer, part, last);
       if (offload) {
         const bool scattered = shards > 1 && zero_stage_ >= 1;
         last = to_host(part, part.trainable / static_cast<double>(scattered ? shards : 1), last, shard_buffer);
@@ -871,6 +905,7 @@ class StepBuilder {
     }
     sc.free_at_end = gathered;
     const std::vector<uint32_t> grads = grad_buffers(w, layer, micro, sc.alloc_at_start);
+    step_grads_at_backward(w, layer, sc.alloc_at_start);
     TapeState& st = states_.at({micro, layer});
     const BackwardResult r = emit_backward(w, tape, policy_for(layer), sc, st, grad_out.buffer, grad_out.producer, anchor);
     first_bwd_op_[layer] = r.first_compute_op;
@@ -971,6 +1006,9 @@ class StepBuilder {
       op.bytes_read = trainable * per_param;
       op.bytes_written = trainable * (dtype_bytes(prec.master_params) + states * dtype_bytes(prec.optimizer_states));
       const uint32_t i = w.add(op, unit_name(layer) + (on_host ? ".cpu_adamw" : ".adamw"));
+      if (auto it = step_grads_.find(layer); it != step_grads_.end()) {
+        for (uint32_t b : it->second) w.effect(i, b, MemAction::free);
+      }
       if (auto it = last_reduce_.find(layer); it != last_reduce_.end()) {
         for (uint32_t r : it->second) w.order_after(i, r);
       }
@@ -996,6 +1034,8 @@ class StepBuilder {
   std::map<int64_t, uint32_t> first_fwd_op_;
   std::map<int64_t, uint32_t> first_bwd_op_;
   std::map<int64_t, std::vector<uint32_t>> last_reduce_;  // per layer, each gradient part's last reduction
+  std::map<int64_t, std::vector<uint32_t>> step_grads_;   // per layer, its per-step gradient buffers
+  std::set<std::pair<int64_t, std::string>> step_grads_held_;  // (layer, part) whose buffer exists
   int64_t pass_start_ = 0;  // first op index of the forward or backward being emitted
   int64_t zero_stage_ = 3;
   OffloadKind offload_ = OffloadKind::none;

@@ -58,6 +58,11 @@ void declare_fields(F& f, TrainingSpec& s) {
              "Attention dropout probability; it costs time and memory only without flash attention "
              "(fused_ops.flash_attention false), which fuses it.",
              between(0.0, 1.0));
+  f.optional("gradient_memory", s.gradient_memory, GradientMemory::persistent,
+             "How long the parameter gradients hold HBM. persistent: all run, in buffers of their own "
+             "(Megatron-Core, DeepSpeed, zero_grad(set_to_none=False)). per_step: from a unit's first gradient "
+             "reduction of the step to its optimizer update, as zero_grad(set_to_none=True) leaves them "
+             "(PyTorch's default: FSDP2, torchtitan).");
 }
 
 template <class F>

@@ -112,12 +112,19 @@ struct OptimizerSpec {
   OptimizerKind kind = OptimizerKind::adamw;
 };
 
+// How long the parameter gradients (precision.grads, sharded as the ZeRO stage says) hold HBM:
+// the whole run, in buffers of their own (Megatron-Core's gradient buffer, DeepSpeed's partitions,
+// zero_grad(set_to_none=False)), or from a unit's first reduction of the step to its optimizer
+// update, as PyTorch's zero_grad(set_to_none=True) leaves them (FSDP2, torchtitan).
+enum class GradientMemory { persistent, per_step };
+
 struct TrainingSpec {
   TrainingMode mode = TrainingMode::pretrain;
   std::optional<LoraSpec> lora;
   PrecisionSpec precision;
   OptimizerSpec optimizer;
   double attention_dropout = 0;  // probability; costs only without flash attention
+  GradientMemory gradient_memory = GradientMemory::persistent;
 };
 
 struct BatchSpec {
@@ -441,6 +448,13 @@ struct EnumNames<LossKind> {
       {"full", LossKind::full},
       {"chunked", LossKind::chunked},
       {"cce", LossKind::cce},
+  }};
+};
+template <>
+struct EnumNames<GradientMemory> {
+  static constexpr std::array<std::pair<std::string_view, GradientMemory>, 2> names{{
+      {"persistent", GradientMemory::persistent},
+      {"per_step", GradientMemory::per_step},
   }};
 };
 template <>

@@ -71,6 +71,7 @@ class EventReader {
       m.device = integer(*args, path + "/args", "Device Id");
       m.allocated_bytes = number(*args, path + "/args", "Total Allocated");
       if (args->contains("Total Reserved")) m.reserved_bytes = number(*args, path + "/args", "Total Reserved");
+      if (args->contains("Bytes")) m.bytes = number(*args, path + "/args", "Bytes");
       t_.memory.push_back(m);
     }
   }

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -67,6 +68,7 @@ struct AllocatorSample {
   int64_t device = 0;
   double allocated_bytes = 0;  // "Total Allocated" after the event
   double reserved_bytes = 0;   // "Total Reserved"
+  std::optional<double> bytes;  // "Bytes": this event's allocation (negative: a free), where recorded
 };
 
 struct KinetoTrace {

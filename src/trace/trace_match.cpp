@@ -594,9 +594,10 @@ TraceMatch match_trace(const KinetoTrace& t, const StepGraph& g) {
     return a.seconds != b.seconds ? a.seconds > b.seconds : a.what < b.what;
   });
 
-  // The allocator's peak during the steps.
+  // The allocator's peak during the steps, and its state when they began.
   for (const AllocatorSample& s : t.memory) {
     if (s.ts_us < windows.front().begin || s.ts_us > windows.back().end) continue;
+    if (m.start_allocated_bytes < 0 && s.bytes) m.start_allocated_bytes = std::max(0.0, s.allocated_bytes - *s.bytes);
     m.peak_allocated_bytes = std::max(m.peak_allocated_bytes, s.allocated_bytes);
     m.peak_reserved_bytes = std::max(m.peak_reserved_bytes, s.reserved_bytes);
   }

@@ -74,6 +74,9 @@ struct TraceMatch {
   double launches_per_step = 0;          // launch calls of GPU work in the steps, per step
   double peak_allocated_bytes = -1;      // max "Total Allocated" during the steps; -1 without memory events
   double peak_reserved_bytes = -1;
+  // What was allocated when the first step began (the state before its first allocator event):
+  // the training state, and whatever else the process held; -1 where the events do not say.
+  double start_allocated_bytes = -1;
 
   double step_seconds() const;  // median GPU span over the steps
   double num_steps() const { return static_cast<double>(steps.size()); }

@@ -23,6 +23,7 @@ recompute.policy full); the trace of each is OUT/MODEL-sSEQ-mbN[-full].rankR.jso
 of the same name its summary.
 """
 import argparse
+import gc
 import gzip
 import json
 import math
@@ -345,6 +346,9 @@ def run_config(args, spec, rank, world, device, ep_group):
     name, seq, micro = fields[0], int(fields[1]), int(fields[2])
     recompute = len(fields) == 4 and fields[3] == "full"
     cfg = MODELS[name]
+    # What an earlier configuration of this process left allocated (0 when it was all freed): the
+    # peak below counts it too.
+    allocated_at_start = torch.cuda.memory_allocated(device)
     torch.manual_seed(1234)
     with torch.device(device):
         model = Model(cfg, ep_group, recompute)
@@ -405,13 +409,17 @@ def run_config(args, spec, rank, world, device, ep_group):
                "torch": torch.__version__, "seq": seq, "micro_batches": micro,
                "recompute": "full" if recompute else "none", "traced_steps": args.steps,
                "step_wall_s": walls[1:], "unprofiled_step_wall_s": unprofiled[1:],
-               "peak_allocated_bytes": peak,
+               "peak_allocated_bytes": peak, "allocated_at_start_bytes": allocated_at_start,
                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     with open(os.path.join(args.out, f"{tag}.rank{rank}.txt"), "w") as f:
         json.dump(summary, f, indent=1)
     if rank == 0:
         print(json.dumps(summary), flush=True)
-    del model, opts
+    # The model, its FSDP2 hooks and the optimizers hold each other in reference cycles: collect
+    # them, or the next configuration's peak counts this one's state (traces before 2026-12-02
+    # 16:00 UTC: every configuration after the first of a process).
+    del model, opts, step, batches, prof
+    gc.collect()
     torch.cuda.empty_cache()
 
 

@@ -986,9 +986,29 @@ class StepBuilder {
     last_reduce_[layer] = exchange;
   }
 
+  // PyTorch's multi-tensor AdamW (torch/optim/adamw.py, _multi_tensor_adamw; weight decay, no
+  // amsgrad), bytes per trainable parameter with p the master weights, g the gradients, m and v
+  // the moments and t the temporary (v's format): p *= 1 - lr wd (p -> p); lerp_(m, g) (m g -> m);
+  // v *= b2 (v -> v); addcmul_(v, g, g) (v g -> v); t = sqrt(v) (v -> t); t /= bc2 (t -> t);
+  // t += eps (t -> t); addcdiv_(p, m, t) (p m t -> p): 8 kernels.
+  struct ForeachAdamw {
+    int32_t kernels;
+    double read, written, temp;
+  };
+  static ForeachAdamw foreach_adamw(const PrecisionSpec& prec) {
+    const double p = dtype_bytes(prec.master_params), g = dtype_bytes(prec.grads), s = dtype_bytes(prec.optimizer_states);
+    return {8, p + (s + g) + s + (s + g) + s + s + s + (p + s + s), p + s + s + s + s + s + s + p, s};
+  }
+
   void optimizer(ProgramWriter& w) {
     const auto& prec = spec_.training.precision;
     const double states = spec_.training.optimizer.kind == OptimizerKind::adamw ? 2.0 : 1.0;
+    const bool foreach = spec_.training.optimizer.implementation == OptimizerImplementation::foreach;
+    double all_trainable = 0;
+    for (const auto& [layer, u] : units_) all_trainable += optimizer_share(u);
+    const uint32_t foreach_temp =
+        foreach ? w.buffer(all_trainable * foreach_adamw(prec).temp, MemCategory::workspace, "optimizer.foreach_temp") : 0;
+    int64_t first_optimizer_op = -1, last_optimizer_op = -1;
     for (const auto& [layer, u] : units_) {
       const double trainable = optimizer_share(u);
       if (trainable <= 0) continue;
@@ -1005,7 +1025,22 @@ class StepBuilder {
       const double per_param = dtype_bytes(prec.master_params) + dtype_bytes(prec.grads) + states * dtype_bytes(prec.optimizer_states);
       op.bytes_read = trainable * per_param;
       op.bytes_written = trainable * (dtype_bytes(prec.master_params) + states * dtype_bytes(prec.optimizer_states));
+      if (foreach) {
+        const ForeachAdamw f = foreach_adamw(prec);
+        op.num_kernels = f.kernels;
+        op.bytes_read = trainable * f.read;
+        op.bytes_written = trainable * f.written;
+      }
       const uint32_t i = w.add(op, unit_name(layer) + (on_host ? ".cpu_adamw" : ".adamw"));
+      if (foreach) {
+        // The denominators' temporary spans the whole step's parameters at once (each foreach
+        // kernel runs over every tensor before the next starts): from the first unit's op to the last.
+        if (first_optimizer_op < 0) {
+          first_optimizer_op = i;
+          w.effect(i, foreach_temp, MemAction::alloc);
+        }
+        last_optimizer_op = i;
+      }
       if (auto it = step_grads_.find(layer); it != step_grads_.end()) {
         for (uint32_t b : it->second) w.effect(i, b, MemAction::free);
       }
@@ -1019,6 +1054,11 @@ class StepBuilder {
                                      unit_name(layer) + ".offload_params_h2d");
         w.order_after(c, i);
       }
+    }
+    if (last_optimizer_op >= 0) {
+      // No op follows the optimizer ops under foreach (no offload copies): the last one is the
+      // program's last, which the writer lets take the release.
+      w.effect(static_cast<uint32_t>(last_optimizer_op), foreach_temp, MemAction::free);
     }
   }
 

@@ -29,6 +29,7 @@ class ScenarioChecker {
     check_memory_options();
     check_offload();
     check_loss();
+    check_optimizer();
     check_routing();
     check_fused_ops();
     check_stragglers();
@@ -363,6 +364,15 @@ class ScenarioChecker {
     }
     if (hw_.device.host_memory.capacity_per_device.value <= 0) {
       fail("/parallel/fsdp/offload", hw_.name + " has no host memory to offload to");
+    }
+  }
+
+  void check_optimizer() const {
+    const auto& o = spec_.training.optimizer;
+    if (o.implementation != OptimizerImplementation::foreach) return;
+    if (o.kind != OptimizerKind::adamw) fail("/training/optimizer/implementation", "foreach is modelled for adamw only");
+    if (spec_.parallel.fsdp.offload != OffloadKind::none) {
+      fail("/training/optimizer/implementation", "foreach runs the step on the GPU; parallel.fsdp.offload moves it to the host");
     }
   }
 

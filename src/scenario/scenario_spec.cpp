@@ -46,6 +46,10 @@ void declare_fields(F& f, PrecisionSpec& s) {
 template <class F>
 void declare_fields(F& f, OptimizerSpec& s) {
   f.optional("kind", s.kind, OptimizerKind::adamw, "adamw keeps two states per trainable weight, sgd one (momentum).");
+  f.optional("implementation", s.implementation, OptimizerImplementation::fused,
+             "fused: one kernel reads and writes each state once (torch.optim fused=True, FusedAdam). foreach: "
+             "PyTorch's multi-tensor AdamW (its default on CUDA), 8 passes over the states and a temporary of the "
+             "second moment's size over the whole step (adamw, on the GPU only).");
 }
 
 template <class F>

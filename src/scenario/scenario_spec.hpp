@@ -27,6 +27,11 @@ namespace moesim {
 
 enum class TrainingMode { pretrain, full_finetune, lora };
 enum class OptimizerKind { adamw, sgd };
+// How the optimizer step runs on the GPU: one fused kernel per tensor group reading and writing
+// each state once (torch.optim's fused=True, Apex / Transformer Engine's FusedAdam), or PyTorch's
+// multi-tensor foreach form (its default on CUDA): one kernel per arithmetic step over all
+// tensors, and a temporary of the second moment's size (step_graph.cpp, optimizer).
+enum class OptimizerImplementation { fused, foreach };
 enum class PipelineSchedule { one_f_one_b, interleaved_1f1b, zero_bubble_h1, dualpipe };
 enum class RecomputePolicy { none, selective, full };
 // How the expert all-to-all reaches other scale-up domains: every token copy straight to its
@@ -110,6 +115,7 @@ QuantizationCasts quantization_casts(const PrecisionSpec& p);
 
 struct OptimizerSpec {
   OptimizerKind kind = OptimizerKind::adamw;
+  OptimizerImplementation implementation = OptimizerImplementation::fused;
 };
 
 // How long the parameter gradients (precision.grads, sharded as the ZeRO stage says) hold HBM:
@@ -383,6 +389,13 @@ struct EnumNames<TrainingMode> {
       {"pretrain", TrainingMode::pretrain},
       {"full_finetune", TrainingMode::full_finetune},
       {"lora", TrainingMode::lora},
+  }};
+};
+template <>
+struct EnumNames<OptimizerImplementation> {
+  static constexpr std::array<std::pair<std::string_view, OptimizerImplementation>, 2> names{{
+      {"fused", OptimizerImplementation::fused},
+      {"foreach", OptimizerImplementation::foreach},
   }};
 };
 template <>

@@ -93,7 +93,9 @@ TEST_CASE("fused is the graph moesim always built; compiled and eager only add k
     s.spec.fused_ops.elementwise = mode;
     s.spec.fused_ops.eager_rms_norm = norm;
     s.spec.fused_ops.eager_rope = rope;
-    s.spec.loss.implementation = LossImplementation::fused;  // the harness's eager loss: tests/engine/test_loss.cpp
+    // The harness's eager loss and foreach AdamW have tests of their own (tests/engine/).
+    s.spec.loss.implementation = LossImplementation::fused;
+    s.spec.training.optimizer.implementation = OptimizerImplementation::fused;
     return ops_by_name(build_step_graph(s));
   };
   const auto fused = graph_with(ElementwiseExecution::fused, EagerRmsNorm::kernel, EagerRope::real);

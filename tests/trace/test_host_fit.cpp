@@ -160,9 +160,9 @@ TEST_CASE("the shipped traces' host pace: pinned, and the fitted host spends the
     double op_issue_s, kernel_issue_s, host_s, blocked_s;
   };
   const Pinned pinned[] = {
-      {"tests/data/traces/dense-s8192-mb1.rank0.json.gz", "scenarios/trace/dense-s8k-mb1.json", 275.559627e-6, 30.899339e-6,
+      {"tests/data/traces/dense-s8192-mb1.rank0.json.gz", "scenarios/trace/dense-s8k-mb1.json", 265.269048e-6, 31.346033e-6,
        49.1408530e-3, 0},
-      {"tests/data/traces/moe-s8192-mb1.rank0.json.gz", "scenarios/trace/moe-s8k-mb1.json", 245.620995e-6, 25.901087e-6,
+      {"tests/data/traces/moe-s8192-mb1.rank0.json.gz", "scenarios/trace/moe-s8k-mb1.json", 229.967566e-6, 30.972809e-6,
        63.0269321e-3, 2.10035400e-3},
   };
   for (const Pinned& want : pinned) {

@@ -110,12 +110,7 @@ TEST_CASE("per-step gradients: one micro-batch peaking in the loss's backward ho
   // micro-batch: the peak is the eager loss's backward, before any unit's backward wrote a
   // gradient. Over one rank there is no unsharded buffer: the gradients are the backward's
   // (param.grad), from the unit's first backward op.
-  Plan p;
-  p.model = "models/calibration/llama-slice.json";
-  p.devices = 1;
-  p.shard = 1;
-  p.global_batch = 1;
-  p.seq = 8192;
+  Plan p = test::one_gpu("models/calibration/llama-slice.json", 8192);
   p.loss = R"({"kind": "full", "implementation": "eager"})";
   const Run a = run(with(p, "persistent"));
   const Run b = run(with(p, "per_step"));

@@ -17,12 +17,7 @@ namespace {
 // Llama 3.1 8B on one H200 with every layer recomputed: the logits (8,192 x 128,256) dwarf the
 // rest of the transient tensors, so the HBM peak is in the loss.
 Plan one_gpu_llama(const std::string& implementation) {
-  Plan p;
-  p.model = "llama-3.1-8b";
-  p.devices = 1;
-  p.shard = 1;
-  p.global_batch = 1;
-  p.seq = 8192;
+  Plan p = test::one_gpu("llama-3.1-8b", 8192);
   p.recompute = "full";
   p.loss = R"({"kind": "full", "implementation": ")" + implementation + "\"}";
   return p;

@@ -77,6 +77,17 @@ inline Plan qwen3_two_nodes() {
   return p;
 }
 
+// One GPU of an H200 node, FSDP2 over that one rank, one sequence a step.
+inline Plan one_gpu(const std::string& model, int64_t seq) {
+  Plan p;
+  p.model = model;
+  p.devices = 1;
+  p.shard = 1;
+  p.global_batch = 1;
+  p.seq = seq;
+  return p;
+}
+
 // A dense model under tensor parallelism: Llama-3.1-405B, TP8 x FSDP2 2, full recompute.
 inline Plan dense_tp8() {
   Plan p;

@@ -64,9 +64,10 @@ void declare_fields(F& f, TrainingSpec& s) {
              between(0.0, 1.0));
   f.optional("gradient_memory", s.gradient_memory, GradientMemory::persistent,
              "How long the parameter gradients hold HBM. persistent: all run, in buffers of their own "
-             "(Megatron-Core, DeepSpeed, zero_grad(set_to_none=False)). per_step: from a unit's first gradient "
-             "reduction of the step to its optimizer update, as zero_grad(set_to_none=True) leaves them "
-             "(PyTorch's default: FSDP2, torchtitan).");
+             "(Megatron-Core, DeepSpeed, zero_grad(set_to_none=False)). per_step: from where the step first writes "
+             "them (the unit's first backward; its first reduction where the full gradients have a buffer of "
+             "their own, ZeRO-2 and FSDP2 over several ranks) to its optimizer update, as "
+             "zero_grad(set_to_none=True) leaves them (PyTorch's default: FSDP2, torchtitan).");
 }
 
 template <class F>

@@ -120,8 +120,8 @@ struct OptimizerSpec {
 
 // How long the parameter gradients (precision.grads, sharded as the ZeRO stage says) hold HBM:
 // the whole run, in buffers of their own (Megatron-Core's gradient buffer, DeepSpeed's partitions,
-// zero_grad(set_to_none=False)), or from a unit's first reduction of the step to its optimizer
-// update, as PyTorch's zero_grad(set_to_none=True) leaves them (FSDP2, torchtitan).
+// zero_grad(set_to_none=False)), or from where the step first writes them to the unit's optimizer
+// update, as PyTorch's zero_grad(set_to_none=True) leaves them (FSDP2, torchtitan; step_graph.cpp).
 enum class GradientMemory { persistent, per_step };
 
 struct TrainingSpec {

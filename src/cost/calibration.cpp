@@ -130,6 +130,32 @@ struct Reader {
     }
     return CalibrationTable(std::move(out));
   }
+
+  // {"KIND": {"forward": table, "backward": table}} into `out` by (kind, backward?): tables of the
+  // op kinds `accepted` names (`what` in the error, with those kinds listed), by `measure`, in the
+  // unit value_of(kind) names.
+  template <class ValueOf>
+  void kind_pass_tables(const json& j, const std::string& path, const char* what, bool (*accepted)(OpKind),
+                        const std::string& measure, ValueOf value_of,
+                        std::map<std::pair<OpKind, bool>, CalibrationTable>& out) const {
+    object(j, path);
+    for (const auto& [name, phases] : j.items()) {
+      const std::string kind_path = pointer_append(path, name);
+      const auto kind = enum_from_name<OpKind>(name);
+      if (!kind || !accepted(*kind)) {
+        std::string known;
+        for (const auto& [n, k] : EnumNames<OpKind>::names) {
+          if (accepted(k)) known += (known.empty() ? "" : ", ") + std::string(n);
+        }
+        fail(kind_path, std::string("unknown ") + what + " op kind (known: " + known + ")");
+      }
+      object(phases, kind_path);
+      only_keys(phases, kind_path, {"forward", "backward"});
+      for (const auto& [phase, t] : phases.items()) {
+        out[{*kind, phase == "backward"}] = table(t, pointer_append(kind_path, phase), measure, value_of(*kind));
+      }
+    }
+  }
 };
 
 }  // namespace
@@ -182,22 +208,9 @@ Calibration load_calibration(const InputText& input, const json& root) {
       }
     }
     if (k.contains("memory_by_kind")) {
-      // {"KIND": {"forward": table, "backward": table}}: bytes/s by bytes moved.
-      const json& kinds = r.object(k["memory_by_kind"], "/kernels/memory_by_kind");
-      for (const auto& [name, phases] : kinds.items()) {
-        const std::string path = pointer_append("/kernels/memory_by_kind", name);
-        const auto kind = enum_from_name<OpKind>(name);
-        if (!kind || !is_memory_bound_kind(*kind)) {
-          r.fail(path, "unknown memory-bound op kind (known: embedding, norm, activation, elementwise, short_conv, "
-                       "permute, unpermute, kda_gate_cumsum, topk, attention_residual, cross_entropy, optimizer, "
-                       "grad_accumulate, dp_copy)");
-        }
-        r.object(phases, path);
-        r.only_keys(phases, path, {"forward", "backward"});
-        for (const auto& [phase, t] : phases.items()) {
-          c.memory_by_kind[{*kind, phase == "backward"}] = r.table(t, pointer_append(path, phase), "bytes", "bytes_per_s");
-        }
-      }
+      // Bytes/s by bytes moved.
+      r.kind_pass_tables(k["memory_by_kind"], "/kernels/memory_by_kind", "memory-bound", is_memory_bound_kind, "bytes",
+                         [](OpKind) { return "bytes_per_s"; }, c.memory_by_kind);
     }
   }
   if (root.contains("host_copy")) {
@@ -258,23 +271,10 @@ Calibration load_calibration(const InputText& input, const json& root) {
   read_collectives("collectives", false);
   read_collectives("collectives_inter_node", true);
   if (root.contains("attention")) {
-    // {"KIND": {"forward": table, "backward": table}}: FLOP/s by query rows (bytes/s for the
-    // memory-bound DSA key gather).
-    const json& att = r.object(root["attention"], "/attention");
-    for (const auto& [name, phases] : att.items()) {
-      const std::string path = pointer_append("/attention", name);
-      const auto kind = enum_from_name<OpKind>(name);
-      if (!kind || !is_calibrated_attention_kind(*kind)) {
-        r.fail(path, "unknown attention op kind (known: flash_attention, sparse_attention, dsa_indexer, indexer_score, kda, "
-                     "kv_gather)");
-      }
-      r.object(phases, path);
-      r.only_keys(phases, path, {"forward", "backward"});
-      for (const auto& [phase, t] : phases.items()) {
-        c.attention[{*kind, phase == "backward"}] = r.table(t, pointer_append(path, phase), "query_rows",
-                                                            attention_table_counts_bytes(*kind) ? "bytes_per_s" : "flops_per_s");
-      }
-    }
+    // FLOP/s by query rows (bytes/s for the memory-bound DSA key gather).
+    r.kind_pass_tables(root["attention"], "/attention", "attention", is_calibrated_attention_kind, "query_rows",
+                       [](OpKind kind) { return attention_table_counts_bytes(kind) ? "bytes_per_s" : "flops_per_s"; },
+                       c.attention);
   }
   return c;
 }

@@ -1004,11 +1004,12 @@ class StepBuilder {
     const auto& prec = spec_.training.precision;
     const double states = spec_.training.optimizer.kind == OptimizerKind::adamw ? 2.0 : 1.0;
     const bool foreach = spec_.training.optimizer.implementation == OptimizerImplementation::foreach;
+    const ForeachAdamw f = foreach_adamw(prec);
     double all_trainable = 0;
     for (const auto& [layer, u] : units_) all_trainable += optimizer_share(u);
     const uint32_t foreach_temp =
-        foreach ? w.buffer(all_trainable * foreach_adamw(prec).temp, MemCategory::workspace, "optimizer.foreach_temp") : 0;
-    int64_t first_optimizer_op = -1, last_optimizer_op = -1;
+        foreach ? w.buffer(all_trainable * f.temp, MemCategory::workspace, "optimizer.foreach_temp") : 0;
+    int64_t last_optimizer_op = -1;
     for (const auto& [layer, u] : units_) {
       const double trainable = optimizer_share(u);
       if (trainable <= 0) continue;
@@ -1026,7 +1027,6 @@ class StepBuilder {
       op.bytes_read = trainable * per_param;
       op.bytes_written = trainable * (dtype_bytes(prec.master_params) + states * dtype_bytes(prec.optimizer_states));
       if (foreach) {
-        const ForeachAdamw f = foreach_adamw(prec);
         op.num_kernels = f.kernels;
         op.bytes_read = trainable * f.read;
         op.bytes_written = trainable * f.written;
@@ -1035,10 +1035,7 @@ class StepBuilder {
       if (foreach) {
         // The denominators' temporary spans the whole step's parameters at once (each foreach
         // kernel runs over every tensor before the next starts): from the first unit's op to the last.
-        if (first_optimizer_op < 0) {
-          first_optimizer_op = i;
-          w.effect(i, foreach_temp, MemAction::alloc);
-        }
+        if (last_optimizer_op < 0) w.effect(i, foreach_temp, MemAction::alloc);
         last_optimizer_op = i;
       }
       if (auto it = step_grads_.find(layer); it != step_grads_.end()) {

@@ -160,11 +160,8 @@ TraceFit fit_calibration_from_traces(const std::vector<TraceFitSource>& sources,
         // table of all kinds stays for kinds the trace did not run.
         for (const unsigned pass : {1u, 2u}) {
           if (!is_memory_bound_kind(op.kind) || !(passes.at(name) & pass)) continue;
-          Table& tab = memory_by_kind[{std::string(enum_name(op.kind)), pass == 2u ? "backward" : "forward"}];
-          tab.measure = "bytes";
-          tab.value = "bytes_per_s";
-          tab.bf16 = false;
-          tab.samples.push_back(s);
+          const std::pair<std::string, std::string> key{std::string(enum_name(op.kind)), pass == 2u ? "backward" : "forward"};
+          memory_by_kind.try_emplace(key, Table{"bytes", "bytes_per_s", false, {}}).first->second.samples.push_back(s);
         }
       } else {
         skipped.push_back(fold_layer(name) + " (no work the cost model reads)");

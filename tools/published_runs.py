@@ -7,10 +7,12 @@ compare the predicted step time with the published one.
                                    [--record tests/validation/ratchet.json]
 
 Prints a table (id | group | split | published s | predicted s | error %, error = (pred - pub) / pub)
-and the mean absolute percentage error (MAPE) per group, per group x split and overall.
+and the mean absolute percentage error (MAPE) per group, per group x split and overall; then, for the
+cases that also publish a peak device memory (`published.memory`), predicted against published memory
+and its MAPE (group "memory").
 --write   writes the markdown page (reproducible: no date, the moesim version string).
---record  writes {"dense": MAPE, "moe": MAPE} to the ratchet file.
---check   exits 1 when a group's MAPE exceeds the ratchet by more than 2 points, or when the page
+--record  writes {"dense": MAPE, "moe": MAPE, "memory": MAPE} to the ratchet file.
+--check   exits 1 when a group's MAPE (or the memory MAPE) exceeds the ratchet by more than 2 points, or when the page
           (--page, default docs/validation/published.md) differs from what --write would produce.
 A case whose simulation fails is an error (exit 1) that names it. Every case is simulated with
 `MOESIM simulate SCENARIO --json --distinct-ranks` (exact for equal loads; docs/performance.md).
@@ -28,6 +30,13 @@ CASES = os.path.join(ROOT, "tests", "validation", "cases.json")
 EXCLUDED = os.path.join(ROOT, "tests", "validation", "excluded.json")
 PAGE = os.path.join(ROOT, "docs", "validation", "published.md")
 GROUPS = ("dense", "moe")
+RATCHETED = GROUPS + ("memory",)
+GIB = 2.0 ** 30
+# What a published memory figure counts, and the part of moesim's peak HBM it excludes:
+# allocator_reserved is PyTorch's caching-allocator peak (torch.cuda.memory_stats()
+# ['reserved_bytes.all.peak']), which leaves out what the CUDA runtime, the libraries and NCCL
+# allocate outside it - moesim's `runtime` part (memory.runtime_reserved + comm_buffer_per_group).
+MEMORY_MEASURES = {"allocator_reserved": ("runtime",)}
 SPLITS = ("fit", "holdout")
 RATCHET_SLACK = 2.0  # percentage points
 SIM_FLAGS = ["--json", "--distinct-ranks"]
@@ -52,6 +61,11 @@ def load_cases(path):
             raise Failure(f"{path}: case {c['id']}: bad group or split")
         if not c["published"].get("step_time_s", 0) > 0:
             raise Failure(f"{path}: case {c['id']}: no published step time")
+        mem = c["published"].get("memory")
+        if mem is not None:
+            if not mem.get("value_gib", 0) > 0 or mem.get("measures") not in MEMORY_MEASURES or not mem.get("metric"):
+                raise Failure(f"{path}: case {c['id']}: published.memory needs value_gib > 0, metric and measures "
+                              f"(one of {', '.join(MEMORY_MEASURES)})")
     return cases
 
 
@@ -77,6 +91,15 @@ def run_all(moesim, cases, jobs, base):
         pub = c["published"]["step_time_s"]
         pred = out["step_time_s"]
         b = out["breakdown_s"]
+        memory = None
+        if "memory" in c["published"]:
+            m = c["published"]["memory"]
+            excluded_parts = MEMORY_MEASURES[m["measures"]]
+            at_peak = out["memory_at_peak_bytes"]
+            pred_gib = (out["peak_hbm_bytes"] - sum(at_peak.get(k, 0.0) for k in excluded_parts)) / GIB
+            memory = {"published": m["value_gib"], "predicted": pred_gib,
+                      "error": (pred_gib - m["value_gib"]) / m["value_gib"],
+                      "capacity": out["hbm_capacity_bytes"] / GIB}
         results.append({
             "case": c,
             "published": pub,
@@ -86,6 +109,8 @@ def run_all(moesim, cases, jobs, base):
             "exposed_comm": b["exposed_comm"],
             "bubble": b["bubble"],
             "fits": out.get("fits", True),
+            "memory": memory,
+            "parts": list(out["memory_at_peak_bytes"].items()),
             "sim_wall_s": out.get("sim_wall_s", 0.0),
         })
     return results, failures
@@ -95,8 +120,12 @@ def mape(rows):
     return 100.0 * sum(abs(r["error"]) for r in rows) / len(rows) if rows else None
 
 
+def memory_rows(results):
+    return [dict(r["memory"], case=r["case"]) for r in results if r["memory"] is not None]
+
+
 def summary(results):
-    s = {"all": mape(results)}
+    s = {"all": mape(results), "memory": mape(memory_rows(results))}
     for g in GROUPS:
         s[g] = mape([r for r in results if r["case"]["group"] == g])
         for sp in SPLITS:
@@ -130,6 +159,13 @@ def text_table(results, s):
         lines.append(f"  {g:<5}  {fmt_pct(s[g]):>7}  ({count(results, g)} cases)   "
                      + "   ".join(f"{sp} {fmt_pct(s[f'{g}/{sp}'])} ({count(results, g, sp)})" for sp in SPLITS))
     lines.append(f"  all    {fmt_pct(s['all']):>7}  ({len(results)} cases)")
+    mem = memory_rows(results)
+    if mem:
+        lines.append("")
+        lines.append(f"{'id':<{w}}  {'published GiB':>13}  {'predicted GiB':>13}  {'error %':>8}")
+        for m in mem:
+            lines.append(f"{m['case']['id']:<{w}}  {m['published']:>13.1f}  {m['predicted']:>13.1f}  {100 * m['error']:>+8.1f}")
+        lines.append(f"MAPE of the peak memory: {fmt_pct(s['memory'])} ({len(mem)} cases)")
     return "\n".join(lines) + "\n"
 
 
@@ -178,6 +214,15 @@ How plans are expressed:
 """
 
 
+MEMORY_TEXT = """\
+Cases whose source also prints a peak device memory. torchtitan logs the caching allocator's peak
+reserved bytes (`torch.cuda.memory_stats()['reserved_bytes.all.peak']`, the maximum over the GPUs), which
+leaves out the CUDA context, library handles and NCCL's own buffers; the prediction compared is
+therefore moesim's peak HBM of the fullest rank without its `runtime` part (memory.runtime_reserved and the
+communicators' buffers): persistent state, transient tensors and the allocator reserve of the simulated
+placement (docs/modelling.md#memory). Error = (predicted - published) / published."""
+
+
 def page(results, s, version, excluded):
     out = []
     out.append("# Validation against published training runs")
@@ -216,6 +261,21 @@ def page(results, s, version, excluded):
     nofit = [r["case"]["id"] for r in results if not r["fits"]]
     if nofit:
         out.append("Predicted not to fit in HBM (the step time is still simulated): " + ", ".join(nofit) + ".")
+        out.append("")
+    mem = memory_rows(results)
+    if mem:
+        out.append("## Peak memory")
+        out.append("")
+        out.append(MEMORY_TEXT)
+        out.append("")
+        out.append(f"MAPE of the peak memory: **{fmt_pct(s['memory'])}** ({len(mem)} cases).")
+        out.append("")
+        out.append("| id | published GiB | predicted GiB | error % | HBM GiB | moesim's parts at its peak (GiB) |")
+        out.append("|---|---|---|---|---|---|")
+        for m, r in zip(mem, [r for r in results if r["memory"] is not None]):
+            parts = ", ".join(f"{k} {v / GIB:.1f}" for k, v in r["parts"] if v / GIB >= 0.05)
+            out.append(f"| {m['case']['id']} | {m['published']:.1f} | {m['predicted']:.1f} | {100 * m['error']:+.1f} | "
+                       f"{m['capacity']:.1f} | {parts} |")
         out.append("")
     out.append("## How cases are expressed")
     out.append("")
@@ -290,13 +350,15 @@ def main():
                 f.write(text)
         if args.record:
             with open(args.record, "w") as f:
-                json.dump({g: round(s[g], 2) for g in GROUPS}, f, indent=2)
+                json.dump({g: round(s[g], 2) for g in RATCHETED if s[g] is not None}, f, indent=2)
                 f.write("\n")
         status = 0
         if args.check:
             with open(args.check) as f:
                 ratchet = json.load(f)
-            for g in GROUPS:
+            for g in RATCHETED:
+                if s[g] is None:
+                    continue
                 if g not in ratchet:
                     print(f"published_runs: {args.check} has no '{g}'", file=sys.stderr)
                     status = 1

@@ -146,6 +146,10 @@ class StepBuilder {
     zero_bubble_ = p.pp.schedule == PipelineSchedule::zero_bubble_h1;
     dualpipe_ = p.pp.schedule == PipelineSchedule::dualpipe && p.pp.stages > 1;
     overlap_forward_backward_ = p.pp.overlap_forward_backward;
+    // FSDP2 without resharding after forward under a pipeline schedule: PyTorch's pipelining turns
+    // off resharding after every backward but each unit's last one, so the first forward's gather
+    // serves every micro-batch in flight and the copy lives until the last backward.
+    gather_once_per_step_ = zero_stage_ >= 3 && !p.fsdp.reshard_after_forward && p.pp.stages > 1;
   }
 
   int64_t num_micro() const { return num_micro_; }
@@ -205,6 +209,7 @@ class StepBuilder {
     const std::vector<ChunkPlace> places = chunk_places(stage);
     states_.clear();
     held_.clear();
+    held_for_step_.clear();
     loss_.clear();
     first_fwd_op_.clear();
     first_bwd_op_.clear();
@@ -794,7 +799,13 @@ class StepBuilder {
     EmitScope sc = scope(layer, micro);
     std::vector<uint32_t> gathered;
     const int64_t anchor = prefetch_anchor_forward(w, layer);
-    if (zero_stage_ >= 3) {
+    if (gather_once_per_step_) {
+      // The compute queue's order makes the later micro-batches wait for the first one's gather.
+      if (!held_for_step_.contains(layer)) {
+        gather(w, layer, static_cast<int32_t>(micro), Phase::fwd, sc.first_op_deps, gathered, anchor, true);
+        held_for_step_[layer] = gathered;
+      }
+    } else if (zero_stage_ >= 3) {
       gather(w, layer, static_cast<int32_t>(micro), Phase::fwd, sc.first_op_deps, gathered, anchor, true);
       if (spec_.parallel.fsdp.reshard_after_forward) {
         sc.free_at_end = gathered;
@@ -896,7 +907,12 @@ class StepBuilder {
                              int64_t anchor) {
     EmitScope sc = scope(layer, micro);
     std::vector<uint32_t> gathered;  // below ZeRO-3 full parameters are resident: nothing to gather
-    if (zero_stage_ >= 3 && spec_.parallel.fsdp.reshard_after_forward) {
+    if (gather_once_per_step_) {
+      if (last_micro(micro)) {  // the unit's last backward reshards
+        gathered = held_for_step_.at(layer);
+        held_for_step_.erase(layer);
+      }
+    } else if (zero_stage_ >= 3 && spec_.parallel.fsdp.reshard_after_forward) {
       gather(w, layer, static_cast<int32_t>(micro), Phase::bwd, sc.first_op_deps, gathered, prefetch_anchor_backward(w, layer),
              true);
     } else if (zero_stage_ >= 3) {
@@ -1066,7 +1082,9 @@ class StepBuilder {
   int64_t num_micro_ = 1;
   std::map<int64_t, Unit> units_;
   std::map<std::pair<int64_t, int64_t>, TapeState> states_;
-  std::map<std::pair<int64_t, int64_t>, std::vector<uint32_t>> held_;
+  std::map<std::pair<int64_t, int64_t>, std::vector<uint32_t>> held_;  // (micro, layer): gathered until its backward
+  std::map<int64_t, std::vector<uint32_t>> held_for_step_;              // layer: gathered once, see gather_once_per_step_
+  bool gather_once_per_step_ = false;
   std::map<int64_t, LossState> loss_;
   std::map<int64_t, uint32_t> first_fwd_op_;
   std::map<int64_t, uint32_t> first_bwd_op_;

@@ -93,7 +93,9 @@ void declare_fields(F& f, FsdpSpec& s) {
              "When gradients are reduced: every_micro_batch, last_micro_batch (once per step), or auto: once per step "
              "for zero_stage 0-1 and for FSDP2 under pipeline parallelism, every micro-batch otherwise.");
   f.optional("reshard_after_forward", s.reshard_after_forward, true,
-             "Free gathered parameters after forward and gather again for backward.");
+             "Free gathered parameters after forward and gather again for backward. false: a micro-batch's gather lives "
+             "until its backward; under a pipeline schedule, one gather per unit and step, kept to its last backward "
+             "(PyTorch's pipelining).");
   f.optional("prefetch", s.prefetch, int64_t{1},
              "Units gathered ahead of their use; 0: a unit's gathers start only when it is reached (after the compute "
              "before it), fully exposed.",

@@ -376,6 +376,18 @@ TEST_CASE("an op kind without a kernel is an error naming the op and kind") {
                        BackendError);
 }
 
+TEST_CASE("implementations the executor has no kernels for are refused, naming the input") {
+  nlohmann::json j = nlohmann::json::parse(read_input(kCalibration[0], "scenarios", "SCENARIO").text);
+  SUBCASE("eager loss") {
+    j["loss"] = {{"kind", "full"}, {"implementation", "eager"}};
+  }
+  SUBCASE("foreach AdamW") { j["training"]["optimizer"]["implementation"] = "foreach"; }
+  const Scenario s = load_scenario(InputText{kCalibration[0], j.dump(), false});
+  const StepGraph g = build_step_graph(s);
+  const RoutingPlan routing = build_routing_plan(g, 0, 0);
+  CHECK_THROWS_WITH_AS(size_arenas(g, s.model, 0, routing), doctest::Contains("is simulated only"), BackendError);
+}
+
 TEST_CASE("routing plan: EP2 send and receive counts match across ranks and give the engine's rows") {
   const Scenario s = scenario(kCalibration[1]);
   const StepGraph g = build_step_graph(s);

@@ -215,6 +215,52 @@ TEST_CASE("FSDP2 syncing only the last micro-batch holds the unsharded gradients
   CHECK(seconds(last.result.step_time) < seconds(every.result.step_time));  // fewer reduce-scatters
 }
 
+TEST_CASE("FSDP2 under a pipeline without resharding after forward gathers each unit once per step") {
+  // Two stages, each an FSDP2 group of 2; 4 micro-batches, so that 1F1B has two in flight on the
+  // first stage. PyTorch's pipelining keeps the unsharded parameters from the first forward to the
+  // last backward: one all-gather per unit and step, one copy whatever the micro-batches in flight.
+  Plan plan = uniform_pipeline(2, 1, 8);
+  plan.devices = 4;
+  plan.shard = 2;
+  plan.zero_stage = 3;
+  plan.reshard = false;
+  const int64_t micro = 4;
+  const Run kept = simulate(plan);
+  plan.reshard = true;
+  const Run resharded = simulate(plan);
+  REQUIRE(kept.graph.num_micro_batches == micro);
+  for (const Run* run : {&kept, &resharded}) {
+    for (const Program& p : run->graph.programs) {
+      std::map<int32_t, int64_t> gathers;  // per unit
+      for (const Op& op : p.ops) {
+        if (op.kind == OpKind::all_gather && op.group == GroupKind::fsdp) ++gathers[op.layer];
+      }
+      REQUIRE(!gathers.empty());
+      for (const auto& [layer, n] : gathers) {
+        CAPTURE(layer);
+        // Resharded: a gather before each micro-batch's forward and another before its backward.
+        CHECK(n == (run == &kept ? 1 : 2 * micro));
+      }
+    }
+  }
+  // At the peak the stage holds each unit's copy once ("UNIT.gathered.*"), beside at most one
+  // gather's staging output ("UNIT.all_gather_output.*"); a copy per micro-batch in flight would
+  // hold two of every unit on the first stage.
+  for (size_t rank = 0; rank < kept.result.memory.size(); ++rank) {
+    const Program& p = kept.graph.programs[static_cast<size_t>(kept.graph.plan.program_of(static_cast<int64_t>(rank)))];
+    double one_copy = 0, staging = 0;
+    for (const Buffer& b : p.buffers) {
+      if (b.category != MemCategory::gathered_params) continue;
+      if (p.names[b.name].find(".gathered.") != std::string::npos) one_copy += b.bytes;
+      else staging = std::max(staging, b.bytes);
+    }
+    CAPTURE(rank);
+    const double held = kept.result.memory[rank].peak_transient[static_cast<size_t>(MemCategory::gathered_params)];
+    CHECK(held >= one_copy * (1 - 1e-12));
+    CHECK(held <= (one_copy + staging) * (1 + 1e-12));
+  }
+}
+
 TEST_CASE("uneven pipeline layouts: the counts of layers per chunk decide each stage's work") {
   Plan even = uniform_pipeline(4, 1, 8);
   Plan uneven = even;

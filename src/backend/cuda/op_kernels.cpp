@@ -758,6 +758,9 @@ class Launcher {
   // AdamW over the unit's trainable parameters (flops = 12 per parameter, step_graph.cpp), in
   // place on the persistent optimizer state.
   void optimizer() {
+    if (op_.num_kernels != 1) {
+      no_kernel(p_, op_, "training.optimizer.implementation foreach is simulated only (the executor's AdamW is one fused kernel)");
+    }
     const auto n = static_cast<int64_t>(op_.flops / 12.0);
     if (n <= 0) return;
     if (!live()) return;

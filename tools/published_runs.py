@@ -190,7 +190,9 @@ How plans are expressed:
   `zero_stage` 3; Llama 3's FSDP variant (optimizer states and gradients sharded): `zero_stage` 2.
 - Tensor parallelism with sequence parallelism where the framework uses it (Megatron with TP,
   torchtitan's TP plan); expert tensor parallelism (MoE parallel folding) in
-  `/parallel/expert_tensor_parallel`, EP carved out of shard x cp x tp / etp.
+  `/parallel/expert_tensor_parallel`, EP carved out of shard x cp x tp / etp. TP communication
+  overlap where the source turns it on: `tp.comm_overlap` chunked for Megatron's --tp-comm-overlap
+  (Transformer Engine userbuffers) and torchtitan's AsyncTP, fused for MegaScale's.
 - Pipelines: 1F1B or interleaved 1F1B with the published virtual stages; uneven layer layouts in
   `pp.layers_per_chunk`, as the framework splits them (torchtitan's generated split points, Megatron's
   --pipeline-model-parallel-layout or its embedding/loss accounting).
@@ -209,7 +211,7 @@ How plans are expressed:
   Meta's 500 W, HBM2e Grand Teton H100s).
 - Micro-batch sizes and other plan fields the source does not state are listed under each case's
   `assumptions`; plan details the scenario schema cannot express (dispatchers such as DeepEP/HybridEP,
-  communication overlaps, CUDA graphs, torch.compile, GPU variants without a hardware file, FP8 on the
+  other communication overlaps, CUDA graphs, torch.compile, GPU variants without a hardware file, FP8 on the
   attention core) under its `deviations`.
 """
 

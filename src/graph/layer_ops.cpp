@@ -231,9 +231,9 @@ int moe_block(TapeBuilder& b, int x_in, int64_t layer) {
 
 int dense_ffn_block(TapeBuilder& b, int x) {
   const auto& c = b.ctx();
-  const int y = ffn(b, "ffn", b.enter_tp("ffn", x), c.tokens, c.model->hidden_size,
+  const int y = ffn(b, "ffn", b.enter_tp("ffn", x, b.projection_tp()), c.tokens, c.model->hidden_size,
                     c.model->dense_ffn->intermediate_size, LoraTarget::dense_ffn, SwapTarget::dense_ffn_up);
-  return b.exit_tp("ffn", y);
+  return b.exit_tp("ffn", y, b.projection_tp());
 }
 
 // Attention Residuals (block variant): each sub-layer's input is a softmax-weighted sum of the
@@ -274,7 +274,7 @@ LayerTape build_layer_tape(const LayerContext& c, int64_t layer) {
   // Attention sub-layer.
   int h = attention_residual(b, "attn_res", 0, layer);
   int x = b.norm("attn_norm", h, c.sp_tokens(), d);
-  x = b.enter_tp("attn", x);
+  x = b.enter_tp("attn", x, b.projection_tp());
   int y = 0;
   switch (kinds.attention) {
     case AttentionKind::mha:
@@ -283,7 +283,7 @@ LayerTape build_layer_tape(const LayerContext& c, int64_t layer) {
     case AttentionKind::mla_dsa: y = mla_dsa_block(b, x); break;
     case AttentionKind::kda: y = kda_block(b, x); break;
   }
-  y = b.exit_tp("attn", y);
+  y = b.exit_tp("attn", y, b.projection_tp());
   const int h_mid = b.pointwise(OpKind::elementwise, "attn_residual_add", {h, y}, c.sp_tokens(), d, 1.0, {}, c.act);
   // FFN sub-layer.
   int h2 = attention_residual(b, "ffn_res", h_mid, layer);

@@ -26,6 +26,7 @@ struct LayerContext {
   int64_t etp = 1;                        // expert tensor parallelism (= tp unless folded)
   GroupKind expert_tp_group = GroupKind::tp;  // the group the routed experts' TP collectives use
   bool sequence_parallel = false;
+  TpCommOverlap tp_comm_overlap = TpCommOverlap::none;  // none unless sequence parallel with tp > 1
   int64_t experts_per_rank = 0;
   Dtype act = Dtype::bf16;      // activations
   Dtype compute = Dtype::bf16;  // matmul inputs of the linear layers

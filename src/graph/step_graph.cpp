@@ -124,6 +124,7 @@ class StepBuilder {
     c_.routed_tokens = plan.routed_tokens(c_.tokens);
     c_.expert_tp_group = plan.expert_tp_group();
     c_.sequence_parallel = p.tp.sequence_parallel && c_.tp > 1;
+    c_.tp_comm_overlap = c_.sequence_parallel ? p.tp.comm_overlap : TpCommOverlap::none;
     c_.experts_per_rank = m_.moe ? plan.experts_per_rank(m_.moe->num_experts) : 0;
     c_.act = spec_.training.precision.activations;
     c_.compute = spec_.training.precision.compute;

@@ -77,6 +77,8 @@ class LayerTape {
   explicit LayerTape(TensorDesc input, std::string name = "hidden_in", bool requires_grad = true);
 
   int tensor(TensorDesc desc, std::string name, bool requires_grad = true);
+  // A tensor's shape, changed by a builder that splits its producer (before any op reads it).
+  void set_desc(int tensor, TensorDesc desc) { tensors_.at(static_cast<size_t>(tensor)).desc = desc; }
   TapeOp& add(TapeOp op);
   void set_output(int tensor) { output_ = tensor; }
 

@@ -2,9 +2,32 @@
 // TapeBuilder: adds forward ops to a LayerTape with the conventions every layer kind shares -
 // GEMMs with their LoRA adapters and backward rules, pointwise ops, communication and the entry
 // and exit of tensor-parallel regions. Internal to src/graph.
+//
+// TP communication overlap (parallel.tp.comm_overlap: Megatron-Core's userbuffers, torchtitan's
+// AsyncTP) decomposes a sequence-parallel all-gather or reduce-scatter into tp ring steps, each
+// moving one rank's rows while the adjacent GEMM works on another's. With g the GEMM's time per
+// ring step (its time / tp) and c the collective's per step (its time / (tp - 1)), the ring ends
+// after g + (tp - 1) max(g, c): the GEMM's time when it is the longer, g + the collective's otherwise.
+// The graph gets exactly that from two pieces of each GEMM and the engine's queues:
+//   - all-gather then projection: the projection's first tp - 1 steps' rows ("main", which reads
+//     the rank's own shard, so it starts with the gather) and the last step's rows ("last_chunk",
+//     after the gather); a region's several projections run all their mains, then all last chunks;
+//   - projection then reduce-scatter: the first step's rows (which the reduce-scatter waits for),
+//     then the rest ("rest", beside the reduce-scatter);
+// and the piece that the region's collective does not wait for joins the GEMM's output at its first
+// consumer (an extra input: a dependency, no bytes). The backward, derived from the forward, mirrors
+// it: the reduce-scatter of the input gradient runs beside the main's data gradient, the
+// all-gather of the output gradient beside the rest's. Chunked, a piece of several ring steps runs
+// as that many GEMMs of one step's rows (a launch each, the GEMM efficiency of rows / tp), each
+// reading the whole weight; fused, each piece runs at the whole projection's efficiency. The FLOPs
+// add up to the unsplit GEMM's. The engine's overlap_slowdown applies while the collective runs.
+// The last chunk's output is held beside the main's full-size output until their consumer (1/tp of
+// it, transiently).
 #pragma once
 
 #include <algorithm>
+#include <cassert>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -24,6 +47,12 @@ inline double bytes_of(double num_elements, Dtype dt) { return num_elements * dt
 class TapeBuilder {
  public:
   TapeBuilder(const LayerContext& c, LayerTape& tape) : c_(c), t_(tape) {}
+  ~TapeBuilder() {
+    // A bug, not an input error: a split projection's piece left without the consumer it joins.
+    assert(pending_tails_.empty() && joins_.empty());
+  }
+  TapeBuilder(const TapeBuilder&) = delete;
+  TapeBuilder& operator=(const TapeBuilder&) = delete;
 
   int tensor(int64_t rows, int64_t cols, std::string name, Dtype dt, bool requires_grad = true) {
     return t_.tensor(matrix_desc(rows, cols, dt), std::move(name), requires_grad);
@@ -64,7 +93,7 @@ class TapeBuilder {
     op.bwd_kind = kind;
     op.bwd_flops = 2 * op.op.flops;
     op.cheap = true;
-    t_.add(op);
+    push(std::move(op));
     return y;
   }
 
@@ -107,7 +136,7 @@ class TapeBuilder {
     op.bwd_flops = op.op.flops;  // the inverse rotation
     op.bwd_work = PassWork{w.bwd.num_kernels, w.bwd.read_per_element * elements, w.bwd.written_per_element * elements};
     op.cheap = true;
-    t_.add(op);
+    push(std::move(op));
     return {qr, kr};
   }
 
@@ -125,7 +154,7 @@ class TapeBuilder {
     op.inputs = {x};
     op.outputs = {y};
     op.bwd_kind = kind;
-    t_.add(op);
+    push(std::move(op));
     return y;
   }
 
@@ -134,9 +163,13 @@ class TapeBuilder {
     GroupKind group;
     int64_t degree;
     int64_t rows;
+    TpCommOverlap comm_overlap = TpCommOverlap::none;  // its collectives as ring steps under its projections
   };
   TpRegion dense_tp() const { return {GroupKind::tp, c_.tp, c_.tokens}; }
   TpRegion expert_tp() const { return {c_.expert_tp_group, c_.etp, c_.routed_tokens}; }
+  // The attention and dense-FFN regions: the projections that Megatron-Core's userbuffers and
+  // AsyncTP overlap (not the embedding, the LM head or the MoE block).
+  TpRegion projection_tp() const { return {GroupKind::tp, c_.tp, c_.tokens, c_.tp_comm_overlap}; }
 
   // Enter a TP region: gather the sequence shards (SP), or mark the input gradient for an
   // all-reduce (no SP). `x` is the output of the norm that precedes the region.
@@ -145,8 +178,12 @@ class TapeBuilder {
     if (r.degree == 1) return x;
     const int64_t d = c_.model->hidden_size;
     if (c_.sequence_parallel) {
-      return communicate(OpKind::all_gather, r.group, name + prefix(r) + "all_gather", x, matrix_desc(r.rows, d, c_.act),
-                         bytes_of(elements(r.rows, d), c_.act));
+      const int gathered = communicate(OpKind::all_gather, r.group, name + prefix(r) + "all_gather", x,
+                                       matrix_desc(r.rows, d, c_.act), bytes_of(elements(r.rows, d), c_.act));
+      if (r.comm_overlap != TpCommOverlap::none) {
+        overlapped_gathers_[gathered] = OverlappedGather{x, r.degree, r.comm_overlap};
+      }
+      return gathered;
     }
     TapeOp& producer = last_producer_of(x);  // no SP: only the dense region (the checker's rule)
     producer.all_reduce_output_grad = true;
@@ -160,8 +197,29 @@ class TapeBuilder {
     if (r.degree == 1) return y;
     const int64_t d = c_.model->hidden_size;
     if (c_.sequence_parallel) {
-      return communicate(OpKind::reduce_scatter, r.group, name + prefix(r) + "reduce_scatter", y,
-                         matrix_desc(r.rows / r.degree, d, c_.act), bytes_of(elements(r.rows, d), c_.act));
+      const std::string rs_name = name + prefix(r) + "reduce_scatter";
+      const TensorDesc rs_out = matrix_desc(r.rows / r.degree, d, c_.act);
+      const double rs_bytes = bytes_of(elements(r.rows, d), c_.act);
+      auto& ops = t_.mutable_ops();
+      const bool split = r.comm_overlap != TpCommOverlap::none && pending_tails_.empty() && !ops.empty() &&
+                         ops.back().op.kind == OpKind::gemm && ops.back().outputs == std::vector<int>{y} &&
+                         ops.back().op.m >= 2 * r.degree;
+      if (!split) return communicate(OpKind::reduce_scatter, r.group, rs_name, y, rs_out, rs_bytes);
+      // The projection's first ring step's rows, which the reduce-scatter waits for, then the rest
+      // beside it (see the top of this file).
+      const TapeOp producer = std::move(ops.back());
+      ops.pop_back();
+      const int64_t first = producer.op.m / r.degree;
+      t_.set_desc(y, matrix_desc(first, producer.op.n, c_.act));
+      push(piece_of(producer, first, 1, r.degree, r.comm_overlap, producer.name, true));
+      const int scattered = communicate(OpKind::reduce_scatter, r.group, rs_name, y, rs_out, rs_bytes);
+      const int rest_out = act_tensor(producer.op.m - first, producer.op.n, producer.name + ".rest.out");
+      TapeOp rest = piece_of(producer, producer.op.m - first, r.degree - 1, r.degree, r.comm_overlap,
+                             producer.name + ".rest", false);
+      rest.outputs = {rest_out};
+      push(std::move(rest));
+      joins_[scattered].push_back(rest_out);
+      return scattered;
     }
     return communicate(OpKind::all_reduce, r.group, name + prefix(r) + "all_reduce", y, matrix_desc(r.rows, d, c_.act),
                        bytes_of(elements(r.rows, d), c_.act));
@@ -170,9 +228,87 @@ class TapeBuilder {
   LayerTape& tape() { return t_; }
   const LayerContext& ctx() const { return c_; }
 
-  TapeOp& add(TapeOp op) { return t_.add(std::move(op)); }
+  TapeOp& add(TapeOp op) { return push(std::move(op)); }
 
  private:
+  struct OverlappedGather {
+    int shard;       // the all-gather's input: this rank's rows
+    int64_t degree;  // ring steps
+    TpCommOverlap form;
+  };
+
+  // Adds an op to the tape, after the deferred last chunks of an overlapped gather's projections
+  // unless it is another of their mains, and with the pieces it joins as extra inputs.
+  TapeOp& push(TapeOp op, bool overlapped_main = false) {
+    if (!overlapped_main) {
+      for (TapeOp& tail : pending_tails_) {
+        attach_joins(tail);
+        t_.add(std::move(tail));
+      }
+      pending_tails_.clear();
+    }
+    attach_joins(op);
+    return t_.add(std::move(op));
+  }
+
+  void attach_joins(TapeOp& op) {
+    const std::vector<int> inputs = op.inputs;
+    for (int in : inputs) {
+      const auto it = joins_.find(in);
+      if (it == joins_.end()) continue;
+      op.inputs.insert(op.inputs.end(), it->second.begin(), it->second.end());
+      joins_.erase(it);
+    }
+  }
+
+  // `op`, a matmul over op.m rows, restricted to `rows` of them, which are `num_steps` ring steps:
+  // the FLOPs, activation bytes and activation casts in proportion to the rows. Chunked, a GEMM of
+  // one step's rows per step: that many launches each way, the efficiency of a step's rows, the whole
+  // weight read by each. Fused, the piece of one kernel over the whole projection: its efficiency,
+  // one launch and one read of the weight (for the piece that reads it, `weight_casts`). Only the
+  // piece with `weight_casts` casts the weight.
+  TapeOp piece_of(const TapeOp& op, int64_t rows, int64_t num_steps, int64_t degree, TpCommOverlap form,
+                  std::string name, bool weight_casts) const {
+    TapeOp part = op;
+    const bool chunked = form == TpCommOverlap::chunked;
+    const int64_t num_chunks = chunked ? num_steps : 1;
+    const double f = static_cast<double>(rows) / static_cast<double>(op.op.m);
+    const double weight_bytes = bytes_of(elements(op.op.k, op.op.n), c_.compute);
+    const double weight_reads = chunked ? static_cast<double>(num_chunks) : weight_casts ? 1.0 : 0.0;
+    part.name = std::move(name);
+    part.op.m = chunked ? op.op.m / degree : op.op.m;  // the rows the kernel's efficiency is read at
+    part.op.num_kernels = static_cast<int32_t>(num_chunks);
+    part.op.flops *= f;
+    part.bwd_flops *= f;
+    part.wgrad_flops *= f;
+    part.op.bytes_read = (op.op.bytes_read - weight_bytes) * f + weight_bytes * weight_reads;
+    part.op.bytes_written *= f;
+    part.bwd_work = PassWork{static_cast<int32_t>(num_chunks), part.op.bytes_read + part.op.bytes_written,
+                             part.op.bytes_read};
+    for (PassWork* w : {&part.casts.input, &part.casts.grad}) {
+      w->bytes_read *= f;
+      w->bytes_written *= f;
+    }
+    if (!weight_casts) part.casts.weight = part.casts.weight_t = PassWork{0, 0, 0};
+    return part;
+  }
+
+  // A projection of an overlapped all-gather's output, split into its main and last chunk
+  // (see the top of this file); the last chunk waits in pending_tails_ for the region's other
+  // projections' mains.
+  int overlapped_projection(TapeOp base, const OverlappedGather& g) {
+    const int64_t last = base.op.m / g.degree;
+    const int y = base.outputs.front();
+    TapeOp tail = piece_of(base, last, 1, g.degree, g.form, base.name + ".last_chunk", false);
+    const int y_last = act_tensor(last, base.op.n, base.name + ".last_chunk.out");
+    tail.outputs = {y_last};
+    TapeOp main = piece_of(base, base.op.m - last, g.degree - 1, g.degree, g.form, base.name, true);
+    main.inputs = {g.shard};  // its rows' inputs arrive during the gather; its backward reads the gathered x
+    push(std::move(main), true);
+    pending_tails_.push_back(std::move(tail));
+    joins_[y].push_back(y_last);
+    return y;
+  }
   static const char* prefix(const TpRegion& r) { return r.group == GroupKind::tp ? ".tp_" : ".etp_"; }
 
   // A matmul of `rows` x k inputs by `num_matrices` k x n weights (one, or one per expert): the
@@ -238,15 +374,19 @@ class TapeBuilder {
     TapeOp base = tag(matmul(kind, name, {x}, y, rows, in, out, matrices, c_.train_base));
     base.swap = swap;
     add_casts(base, elements(rows, in) / gathered_from(x), elements(rows, out), elements(matrices, in, out));
-    t_.add(base);
+    if (const auto g = overlapped_gathers_.find(x);
+        g != overlapped_gathers_.end() && kind == OpKind::gemm && !adapter && rows >= 2 * g->second.degree) {
+      return overlapped_projection(std::move(base), g->second);
+    }
+    push(std::move(base));
     if (!adapter) return y;
     const int64_t r = c_.lora_rank;
     const int a = act_tensor(rows, r, name + ".lora_a");
-    t_.add(tag(matmul(OpKind::lora_gemm, name + ".lora_a", {x}, a, rows, in, r, matrices, true)));
+    push(tag(matmul(OpKind::lora_gemm, name + ".lora_a", {x}, a, rows, in, r, matrices, true)));
     const int yo = act_tensor(rows, out, name + ".out");
     TapeOp lora_b = tag(matmul(OpKind::lora_gemm, name + ".lora_b", {a, y}, yo, rows, r, out, matrices, true));
     lora_b.op.bytes_read += bytes_of(elements(rows, out), c_.act);  // adds onto the base output, which it reads
-    t_.add(lora_b);
+    push(std::move(lora_b));
     return yo;
   }
 
@@ -287,6 +427,9 @@ class TapeBuilder {
 
   const LayerContext& c_;
   LayerTape& t_;
+  std::map<int, OverlappedGather> overlapped_gathers_;  // gathered tensor -> its gather
+  std::vector<TapeOp> pending_tails_;                   // last chunks waiting for the region's mains
+  std::map<int, std::vector<int>> joins_;               // tensor -> pieces its first consumer also reads
 };
 
 }  // namespace moesim

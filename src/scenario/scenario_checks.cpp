@@ -193,7 +193,11 @@ class ScenarioChecker {
 
   void check_tensor_parallel() const {
     const int64_t tp = spec_.parallel.tp.degree;
-    if (tp == 1) return;
+    if (tp == 1) return;  // comm_overlap has nothing to overlap: allowed, so that sweeps may vary tp
+    if (spec_.parallel.tp.comm_overlap != TpCommOverlap::none && !spec_.parallel.tp.sequence_parallel) {
+      fail("/parallel/tp/comm_overlap", "needs /parallel/tp/sequence_parallel (it decomposes the sequence-parallel "
+                                        "all-gathers and reduce-scatters)");
+    }
     auto heads = [&](const std::string& what, int64_t n) {
       if (n % tp != 0) fail("/parallel/tp/degree", "must divide the " + str(n) + " " + what + ", got " + str(tp));
     };

@@ -113,6 +113,13 @@ void declare_fields(F& f, TensorParallelSpec& s) {
   f.optional("degree", s.degree, int64_t{1}, "Tensor parallel degree (Megatron style).", positive(limits::kMaxDevices));
   f.optional("sequence_parallel", s.sequence_parallel, true,
              "Shard norms and dropout along the sequence between TP regions.");
+  f.optional("comm_overlap", s.comm_overlap, TpCommOverlap::none,
+             "Overlap of the attention and dense-FFN projections' sequence-parallel all-gathers and reduce-scatters "
+             "with their GEMMs, as tp ring steps: none; chunked, a GEMM of one step's rows per step (Megatron-Core "
+             "--tp-comm-overlap with Transformer Engine userbuffers, torchtitan's AsyncTP); fused, one GEMM kernel "
+             "that takes each step's rows as they arrive (ByteDance's Flux, MegaScale). A projection of a gathered "
+             "input computes all but the last step's rows while the gather is in flight; one that is "
+             "reduce-scattered sends its first step's rows while it computes the rest. Needs sequence_parallel.");
 }
 
 template <class F>

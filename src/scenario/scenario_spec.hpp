@@ -180,9 +180,19 @@ struct FsdpSpec {
 // ZeRO-2 and FSDP2 without pipelining (FSDP2's and torchtitan's gradient accumulation).
 GradientSync resolved_gradient_sync(const FsdpSpec& fsdp, int64_t pipeline_stages);
 
+// How the attention and dense-FFN projections' sequence-parallel all-gathers and reduce-scatters
+// overlap their GEMMs: as ring steps under them (graph/tape_builder.hpp), the GEMM run either as one
+// kernel per step or as one kernel that takes each step's rows as they arrive.
+enum class TpCommOverlap {
+  none,
+  chunked,  // a GEMM per ring step (Transformer Engine userbuffers, PyTorch's AsyncTP)
+  fused     // one GEMM kernel that waits for each step's tiles (ByteDance's Flux, MegaScale)
+};
+
 struct TensorParallelSpec {
   int64_t degree = 1;
   bool sequence_parallel = true;
+  TpCommOverlap comm_overlap = TpCommOverlap::none;
 };
 
 struct PipelineSpec {
@@ -437,6 +447,14 @@ struct EnumNames<OffloadKind> {
       {"none", OffloadKind::none},
       {"optimizer", OffloadKind::optimizer},
       {"parameters", OffloadKind::parameters},
+  }};
+};
+template <>
+struct EnumNames<TpCommOverlap> {
+  static constexpr std::array<std::pair<std::string_view, TpCommOverlap>, 3> names{{
+      {"none", TpCommOverlap::none},
+      {"chunked", TpCommOverlap::chunked},
+      {"fused", TpCommOverlap::fused},
   }};
 };
 template <>

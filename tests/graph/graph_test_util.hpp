@@ -24,6 +24,7 @@ struct Plan {
   int64_t etp = 0;  // expert_tensor_parallel; 0: left out (= tp)
   std::string ep_dispatch = "direct";
   bool sp = true;
+  std::string tp_comm_overlap = "none";  // parallel.tp.comm_overlap
   int64_t pp = 1;
   std::string schedule = "1f1b";
   int64_t virtual_stages = 1;
@@ -113,7 +114,8 @@ inline Scenario scenario(const Plan& p) {
           R"(, "gradient_sync": ")" + p.gradient_sync + R"(", "reshard_after_forward": )" + (p.reshard ? "true" : "false") +
           (p.offload != "none" ? R"(, "offload": ")" + p.offload + "\"" : std::string()) +
           R"(}, "ep": )" + std::to_string(p.ep) + R"(, "tp": {"degree": )" + std::to_string(p.tp) +
-          R"(, "sequence_parallel": )" + (p.sp ? "true" : "false") + "}" +
+          R"(, "sequence_parallel": )" + (p.sp ? "true" : "false") +
+          (p.tp_comm_overlap != "none" ? R"(, "comm_overlap": ")" + p.tp_comm_overlap + "\"" : std::string()) + "}" +
           (p.etp > 0 ? R"(, "expert_tensor_parallel": )" + std::to_string(p.etp) : std::string()) +
           R"(, "ep_dispatch": ")" + p.ep_dispatch + "\"" +
           R"(, "pp": {"stages": )" + std::to_string(p.pp) +

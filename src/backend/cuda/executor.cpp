@@ -493,6 +493,11 @@ void check_executable(const Scenario& sc, const ExecOptions& opt) {
     throw InputError(sc.file, sc.spec.overlap.moe_local_first ? "/overlap/moe_local_first" : "/overlap/moe_dispatch_chunks",
                      "local-first and chunked expert dispatch are simulated, not executed, by this version");
   }
+  if (sc.spec.parallel.tp.comm_overlap != TpCommOverlap::none && sc.spec.parallel.tp.degree > 1) {
+    // Its projections run in pieces whose inputs are the ring's chunks, which the executor does not pass.
+    throw InputError(sc.file, "/parallel/tp/comm_overlap",
+                     "TP communication overlap is simulated, not executed, by this version");
+  }
   const bool drops = sc.spec.routing.capacity_factor && sc.spec.routing.capacity_policy == CapacityPolicy::drop;
   if (drops || sc.spec.routing.devices_per_token > 0) {
     // The executor's routing plan draws dropless loads (or pads to capacity) and sends a copy per expert.

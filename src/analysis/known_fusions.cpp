@@ -57,6 +57,14 @@ std::vector<Switch> switches_off(const Scenario& s) {
                    "attention: scores, softmax, dropout and context in one flash-attention kernel",
                    {"forward and backward", "the s x s probabilities are no longer kept for backward"}});
   }
+  const TensorParallelSpec& tp = s.spec.parallel.tp;
+  if (tp.degree > 1 && tp.sequence_parallel && tp.comm_overlap == TpCommOverlap::none) {
+    out.push_back({"/parallel/tp/comm_overlap", "\"fused\"",
+                   "TP: each attention and dense-FFN projection's sequence-parallel all-gather or reduce-scatter fused "
+                   "into its GEMM as ring steps, one kernel per projection (Flux)",
+                   {"forward and backward", "hides the TP collectives behind the projections; each split projection "
+                                            "launches twice, and its bytes stay"}});
+  }
   if (f.elementwise != ElementwiseExecution::fused) {
     out.push_back({"/fused_ops/elementwise", "\"fused\"",
                    "norms and activations as one hand-written kernel each, RoPE inside the attention input",

@@ -3,8 +3,9 @@
 // scenario switches rather than graph rewrites: DSA's indexer, sparse attention and its gated
 // variant (fused_ops.dsa), KDA's recurrence stages (fused_ops.kda), the permute folded into the
 // experts' grouped GEMM (fused_ops.permute_gemm), the loss fused with the vocabulary projection
-// (loss.kind cce), flash attention (fused_ops.flash_attention) and one kernel per norm and
-// activation (fused_ops.elementwise fused). Each switch the scenario leaves off, and that its model
+// (loss.kind cce), flash attention (fused_ops.flash_attention), one kernel per norm and
+// activation (fused_ops.elementwise fused) and the TP collectives fused into the projections'
+// GEMMs (parallel.tp.comm_overlap fused). Each switch the scenario leaves off, and that its model
 // can use, is a candidate: the scenario with it on is built and simulated like the baseline, and
 // the graphs are compared for what the fusion removes - kernels, HBM traffic, and the activations
 // the backward no longer keeps (the unfused stages' intermediates that a fused backward recomputes).

@@ -21,8 +21,8 @@
 // as that many GEMMs of one step's rows (a launch each, the GEMM efficiency of rows / tp), each
 // reading the whole weight; fused, each piece runs at the whole projection's efficiency. The FLOPs
 // add up to the unsplit GEMM's. The engine's overlap_slowdown applies while the collective runs.
-// The last chunk's output is held beside the main's full-size output until their consumer (1/tp of
-// it, transiently).
+// Memory is the unsplit graph's: the pieces of a gathered projection write the main's full-size
+// output (the last chunk's own output is an empty token), those of a scattered one its two parts.
 #pragma once
 
 #include <algorithm>
@@ -300,7 +300,9 @@ class TapeBuilder {
     const int64_t last = base.op.m / g.degree;
     const int y = base.outputs.front();
     TapeOp tail = piece_of(base, last, 1, g.degree, g.form, base.name + ".last_chunk", false);
-    const int y_last = act_tensor(last, base.op.n, base.name + ".last_chunk.out");
+    // The pieces write one output buffer, y's: the last chunk's output is a token of no bytes that
+    // carries the dependency to y's consumer.
+    const int y_last = act_tensor(0, base.op.n, base.name + ".last_chunk.out");
     tail.outputs = {y_last};
     TapeOp main = piece_of(base, base.op.m - last, g.degree - 1, g.degree, g.form, base.name, true);
     main.inputs = {g.shard};  // its rows' inputs arrive during the gather; its backward reads the gathered x

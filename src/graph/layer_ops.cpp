@@ -263,11 +263,40 @@ int attention_residual(TapeBuilder& b, const std::string& name, int h, int64_t l
   return y;
 }
 
+// The attention block of `kind` on the TP region's input x; returns its output projection's.
+int attention_block(TapeBuilder& b, AttentionKind kind, int x) {
+  switch (kind) {
+    case AttentionKind::mha:
+    case AttentionKind::gqa: return gqa_block(b, x);
+    case AttentionKind::mla: return mla_block(b, x);
+    case AttentionKind::mla_dsa: return mla_dsa_block(b, x);
+    case AttentionKind::kda: return kda_block(b, x);
+  }
+  return x;  // unreachable: every AttentionKind is listed above
+}
+
+// A parallel transformer block (ModelSpec::parallel_block): one norm, one TP region in which the
+// attention and the FFN read the same gathered input, the FFN's down-projection adding the
+// attention's output in its epilogue, and one residual add.
+LayerTape parallel_block_tape(const LayerContext& c, LayerKinds kinds) {
+  const int64_t d = c.model->hidden_size, f = c.model->dense_ffn->intermediate_size;
+  LayerTape tape(matrix_desc(c.sp_tokens(), d, c.act));
+  TapeBuilder b(c, tape);
+  const int x = b.enter_tp("block", b.norm("block_norm", 0, c.sp_tokens(), d), b.projection_tp());
+  const int attn = attention_block(b, kinds.attention, x);
+  const int a = ffn_up(b, "ffn", x, c.tokens, d, f, LoraTarget::dense_ffn, SwapTarget::dense_ffn_up);
+  const int y = b.gemm_accumulate("ffn.down_proj", a, attn, c.tokens, f / c.tp, d, LoraTarget::dense_ffn);
+  const int summed = b.exit_tp("block", y, b.projection_tp());
+  tape.set_output(b.pointwise(OpKind::elementwise, "residual_add", {0, summed}, c.sp_tokens(), d, 1.0, {}, c.act));
+  return tape;
+}
+
 }  // namespace
 
 LayerTape build_layer_tape(const LayerContext& c, int64_t layer) {
   const auto& model = *c.model;
   const LayerKinds kinds = model.layer_kinds[static_cast<size_t>(layer - 1)];
+  if (model.parallel_block) return parallel_block_tape(c, kinds);
   const int64_t d = model.hidden_size;
   LayerTape tape(matrix_desc(c.sp_tokens(), d, c.act));
   TapeBuilder b(c, tape);
@@ -275,14 +304,7 @@ LayerTape build_layer_tape(const LayerContext& c, int64_t layer) {
   int h = attention_residual(b, "attn_res", 0, layer);
   int x = b.norm("attn_norm", h, c.sp_tokens(), d);
   x = b.enter_tp("attn", x, b.projection_tp());
-  int y = 0;
-  switch (kinds.attention) {
-    case AttentionKind::mha:
-    case AttentionKind::gqa: y = gqa_block(b, x); break;
-    case AttentionKind::mla: y = mla_block(b, x); break;
-    case AttentionKind::mla_dsa: y = mla_dsa_block(b, x); break;
-    case AttentionKind::kda: y = kda_block(b, x); break;
-  }
+  int y = attention_block(b, kinds.attention, x);
   y = b.exit_tp("attn", y, b.projection_tp());
   const int h_mid = b.pointwise(OpKind::elementwise, "attn_residual_add", {h, y}, c.sp_tokens(), d, 1.0, {}, c.act);
   // FFN sub-layer.

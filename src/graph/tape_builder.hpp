@@ -69,6 +69,13 @@ class TapeBuilder {
     return linear(OpKind::gemm, name, x, rows, in, out, 0, -1, adapter, swap);
   }
 
+  // y = x W + acc, the sum in the GEMM's epilogue (which reads acc): acc's gradient is y's.
+  int gemm_accumulate(const std::string& name, int x, int acc, int64_t rows, int64_t in, int64_t out,
+                      std::optional<LoraTarget> lora = {}) {
+    const bool adapter = lora && c_.lora_on(*lora) && !c_.train_base;
+    return linear(OpKind::gemm, name, x, rows, in, out, 0, -1, adapter, {}, RoutingPart::all, acc);
+  }
+
   // Grouped GEMM over this rank's experts: x (rows x in) -> (rows x out), rows set by routing
   // (`part` of them under local-first dispatch).
   int grouped_gemm(const std::string& name, int x, int64_t rows, int64_t in, int64_t out, int32_t routing_layer,
@@ -306,6 +313,7 @@ class TapeBuilder {
     // carries the dependency to y's consumer.
     const int y_last = act_tensor(0, base.op.n, base.name + ".last_chunk.out");
     tail.outputs = {y_last};
+    tail.swap.reset();  // nothing of its own to swap: y, the main's, holds the rows
     TapeOp main = piece_of(base, base.op.m - last, g.degree - 1, g.degree, g.form, base.name, true);
     main.inputs = {g.shard};  // its rows' inputs arrive during the gather; its backward reads the gathered x
     push(std::move(main), true);
@@ -313,6 +321,7 @@ class TapeBuilder {
     joins_[y].push_back(y_last);
     return y;
   }
+
   static const char* prefix(const TpRegion& r) { return r.group == GroupKind::tp ? ".tp_" : ".etp_"; }
 
   // A matmul of `rows` x k inputs by `num_matrices` k x n weights (one, or one per expert): the
@@ -366,7 +375,7 @@ class TapeBuilder {
   // a = x A (rows x r), y = base + (alpha / r) a B, both adapter matrices trainable.
   int linear(OpKind kind, const std::string& name, int x, int64_t rows, int64_t in, int64_t out, int32_t num_groups,
              int32_t routing_layer, bool adapter, std::optional<SwapTarget> swap,
-             RoutingPart part = RoutingPart::all) {
+             RoutingPart part = RoutingPart::all, int accumulate = -1) {
     const int64_t matrices = std::max<int32_t>(num_groups, 1);
     auto tag = [&](TapeOp op) {
       op.op.num_groups = num_groups;
@@ -377,6 +386,10 @@ class TapeBuilder {
     const int y = act_tensor(rows, out, adapter ? name + ".base_out" : name + ".out");
     TapeOp base = tag(matmul(kind, name, {x}, y, rows, in, out, matrices, c_.train_base));
     base.swap = swap;
+    if (accumulate >= 0) {  // with an adapter, the base output takes the sum; lora_b adds onto it
+      base.inputs.push_back(accumulate);
+      base.op.bytes_read += t_.tensors()[static_cast<size_t>(accumulate)].desc.bytes();
+    }
     add_casts(base, elements(rows, in) / gathered_from(x), elements(rows, out), elements(matrices, in, out));
     if (const auto g = overlapped_gathers_.find(x);
         g != overlapped_gathers_.end() && kind == OpKind::gemm && !adapter && rows >= 2 * g->second.degree) {

@@ -132,7 +132,7 @@ LayerParams layer_params(const ModelSpec& m, int64_t layer) {
   const LayerKinds kinds = m.layer_kinds[static_cast<size_t>(layer - 1)];
   const int64_t d = m.hidden_size;
   LayerParams p;
-  p.non_expert = attention_block(m, kinds.attention).total() + 2 * norm_params(m, d);
+  p.non_expert = attention_block(m, kinds.attention).total() + m.norms_per_layer() * norm_params(m, d);
   if (kinds.attention == AttentionKind::mla_dsa) p.non_expert += dsa_indexer_block(m).total();
   if (m.attention_residuals) p.non_expert += 2 * d;
   if (kinds.ffn == FfnKind::dense) {
@@ -176,7 +176,8 @@ ParamReport count_params(const ModelSpec& m) {
       const Block idx = dsa_indexer_block(m);
       add("attention.dsa_indexer", idx.total(), static_cast<double>(idx.total()));
     }
-    add("norms", 2 * norm_params(m, d), static_cast<double>(2 * norm_params(m, d)));
+    const int64_t norms = m.norms_per_layer() * norm_params(m, d);
+    add("norms", norms, static_cast<double>(norms));
 
     if (layer.ffn == FfnKind::dense) {
       const int64_t f = m.dense_ffn->intermediate_size;

@@ -159,6 +159,10 @@ void declare_fields(F& f, ModelSpec& s) {
   f.maybe("moe", s.moe, "Configuration of MoE FFN layers.");
   f.required("layers", s.layers, "Which attention and FFN kind each layer uses.");
   f.maybe("attention_residuals", s.attention_residuals, "Attention Residuals (block variant); absent: plain residuals.");
+  f.optional("parallel_block", s.parallel_block, false,
+             "Parallel transformer block: attention and FFN read one norm of the layer input and their outputs are "
+             "added to it together, y = x + attn(norm(x)) + ffn(norm(x)) (GPT-J, PaLM, MegaScale); under TP one "
+             "all-gather and one reduce-scatter (or all-reduce) a layer. Dense FFN layers only.");
   f.maybe("vision", s.vision, "Vision encoder; absent: text only.");
 }
 
@@ -204,6 +208,12 @@ class ModelChecker {
     }
     if (m_.position != PositionKind::learned && m_.max_position_embeddings != 0) {
       fail("/max_position_embeddings", "only applies when position is learned");
+    }
+    if (m_.parallel_block && m_.uses(FfnKind::moe)) {
+      fail("/parallel_block", "needs dense FFN layers (an MoE block enters its own TP region)");
+    }
+    if (m_.parallel_block && m_.attention_residuals) {
+      fail("/parallel_block", "does not combine with /attention_residuals (their sub-layer inputs differ)");
     }
     if (m_.attention_residuals && m_.attention_residuals->block_size > m_.num_layers) {
       fail("/attention_residuals/block_size", "exceeds num_layers (" + std::to_string(m_.num_layers) + ")");

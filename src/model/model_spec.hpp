@@ -156,7 +156,13 @@ struct ModelSpec {
   std::optional<MoeSpec> moe;
   LayerPlanSpec layers;
   std::optional<AttentionResidualSpec> attention_residuals;
+  // Attention and FFN computed from one norm of the layer input and added to it together (GPT-J,
+  // PaLM, MegaScale's parallel transformer block): one norm and one TP region a layer.
+  bool parallel_block = false;
   std::optional<VisionSpec> vision;
+
+  // Norms of one transformer layer: 1 with parallel_block, else 2.
+  int64_t norms_per_layer() const { return parallel_block ? 1 : 2; }
 
   // Derived at load time from `layers`: the kinds of layer i+1 at index i.
   std::vector<LayerKinds> layer_kinds;

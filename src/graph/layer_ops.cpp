@@ -27,6 +27,7 @@ int ffn_up(TapeBuilder& b, const std::string& name, int x, int64_t rows, int64_t
   const bool gated = is_gated(c.model->activation);
   const int64_t fl = f / c.tp;
   const int up = b.gemm(name + ".up_proj", x, rows, w, (gated ? 2 : 1) * fl, lora, up_swap);
+  if (gated) b.mark_matmuls(up, 2);  // w1 and w3, two matmuls where the stacks keep them apart
   return b.activation(name + ".act", up, rows, fl);
 }
 int ffn_down(TapeBuilder& b, const std::string& name, int a, int64_t rows, int64_t w, int64_t f, LoraTarget lora) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <map>
 
 namespace moesim {
 
@@ -81,6 +82,46 @@ bool swap_active(const TapeOp& op, const TapePolicy& policy) {
   return op.swap && std::find(policy.swap.begin(), policy.swap.end(), *op.swap) != policy.swap.end();
 }
 
+// Which ops a selective policy may drop the outputs of (and recompute in backward):
+//   - selective (Megatron's): the cheap ops - norms, activations, attention cores;
+//   - selective_op (torchtitan's per-op SAC: its activation-checkpoint code saves the outputs of
+//     aten.mm, SDPA and max, except every second aten.mm of a layer's forward, and recomputes the
+//     rest): every op but the attention cores, the communication and the matmuls it saves. Matmul
+//     calls are counted in forward order, a fused gated up-projection as two (w1, then w3: it is kept
+//     when w1 is), the pieces of a TP-overlapped projection as their projection. FP8 matmuls run as
+//     aten._scaled_mm, which the save list does not hold: all of them are recomputed.
+std::vector<bool> recomputed_by_policy(const std::vector<TapeOp>& ops, RecomputePolicy policy) {
+  std::vector<bool> r(ops.size());
+  if (policy == RecomputePolicy::selective) {
+    for (size_t i = 0; i < ops.size(); ++i) r[i] = ops[i].cheap;
+    return r;
+  }
+  int64_t matmuls = 0;
+  std::map<std::string, bool> decided;  // projection name -> recomputed, for its TP-overlap pieces
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const TapeOp& op = ops[i];
+    const Op& o = op.op;
+    if (is_communication(o.kind) || op.fwd_noop) continue;
+    if (o.kind == OpKind::flash_attention || o.kind == OpKind::sparse_attention || o.kind == OpKind::kda) continue;
+    if (o.kind != OpKind::gemm) {
+      r[i] = true;
+      continue;
+    }
+    const std::string& name = op.name;
+    const size_t dot = name.rfind('.');
+    const std::string suffix = dot == std::string::npos ? "" : name.substr(dot);
+    if (suffix == ".last_chunk" || suffix == ".rest") {
+      r[i] = decided[name.substr(0, dot)];
+      continue;
+    }
+    const int64_t first = matmuls + 1;  // this op's first matmul call, 1-based
+    matmuls += op.num_matmuls;
+    const bool saved = dtype_bytes(o.dtype) >= 2 && first % 2 == 1;  // the first of its calls is odd
+    r[i] = decided[name] = !saved;
+  }
+  return r;
+}
+
 Analysis analyse(const LayerTape& tape, const TapePolicy& policy) {
   const auto& ts = tape.tensors();
   const auto& ops = tape.ops();
@@ -123,8 +164,9 @@ Analysis analyse(const LayerTape& tape, const TapePolicy& policy) {
     return a;
   }
   a.kept = a.needed;
-  if (policy.recompute == RecomputePolicy::selective) {
-    // Drop what cheap ops produce and keep their inputs instead, until nothing changes.
+  if (policy.recompute == RecomputePolicy::selective || policy.recompute == RecomputePolicy::selective_op) {
+    // Drop what the policy's ops produce and keep their inputs instead, until nothing changes.
+    const std::vector<bool> droppable = recomputed_by_policy(ops, policy.recompute);
     std::vector<int> work;
     for (size_t t = 0; t < nt; ++t) {
       if (a.kept[t]) work.push_back(static_cast<int>(t));
@@ -135,7 +177,7 @@ Analysis analyse(const LayerTape& tape, const TapePolicy& policy) {
       const int p = a.producer[t];
       if (!a.kept[t] || p < 0) continue;
       const TapeOp& op = ops[static_cast<size_t>(p)];
-      if (!op.cheap || swap_active(op, policy)) continue;
+      if (!droppable[static_cast<size_t>(p)] || swap_active(op, policy)) continue;
       a.kept[t] = false;
       if (a.recomputed[static_cast<size_t>(p)]) continue;
       a.recomputed[static_cast<size_t>(p)] = true;

@@ -64,6 +64,7 @@ struct TapeOp {
   std::optional<PassWork> bwd_work;
   MatmulCasts casts;  // quantised matmuls only
   bool cheap = false;          // recomputed rather than kept under selective recompute
+  int32_t num_matmuls = 1;     // the framework's matmul calls it stands for (a fused gated up-projection: 2)
   std::optional<SwapTarget> swap;
   // Tensor parallelism without sequence parallelism: the gradient of this op's output is summed
   // over the TP group (Megatron's "f": identity forward, all-reduce backward) before its backward.

@@ -234,6 +234,14 @@ class TapeBuilder {
                        bytes_of(elements(r.rows, d), c_.act));
   }
 
+  // The op that produced `y` (a projection; under TP overlap its main piece, whose other pieces
+  // follow its count) stands for `n` matmul calls.
+  void mark_matmuls(int y, int32_t n) {
+    for (TapeOp& op : t_.mutable_ops()) {
+      if (op.op.kind == OpKind::gemm && op.outputs.front() == y) op.num_matmuls = n;
+    }
+  }
+
   LayerTape& tape() { return t_; }
   const LayerContext& ctx() const { return c_; }
 

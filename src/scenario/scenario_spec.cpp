@@ -173,8 +173,11 @@ void declare_fields(F& f, ParallelSpec& s) {
 template <class F>
 void declare_fields(F& f, RecomputeSpec& s) {
   f.optional("policy", s.policy, RecomputePolicy::none,
-             "none keeps every activation; selective recomputes cheap ops and attention cores; full keeps only "
-             "layer inputs.");
+             "none keeps every activation; selective recomputes cheap ops and attention cores (Megatron's "
+             "selective); selective_op is torchtitan's per-op policy (selective_ac_option 'op'): it keeps the outputs "
+             "of a layer's BF16 matmuls but every second one (counted in forward order, a gated FFN's up-projection "
+             "as two) and of its attention cores, and recomputes everything else - FP8 matmuls (torchao's "
+             "_scaled_mm) included; full keeps only layer inputs.");
   f.optional("layers", s.layers, LayerSet::all(), "Layers the policy applies to.");
 }
 

@@ -33,7 +33,9 @@ enum class OptimizerKind { adamw, sgd };
 // tensors, and a temporary of the second moment's size (step_graph.cpp, optimizer).
 enum class OptimizerImplementation { fused, foreach };
 enum class PipelineSchedule { one_f_one_b, interleaved_1f1b, zero_bubble_h1, dualpipe };
-enum class RecomputePolicy { none, selective, full };
+// selective_op: PyTorch's per-op selective activation checkpointing as torchtitan configures it
+// (graph/tape.cpp, recomputed_by_policy).
+enum class RecomputePolicy { none, selective, selective_op, full };
 // How the expert all-to-all reaches other scale-up domains: every token copy straight to its
 // expert's rank, or once per destination domain and fanned out inside it (DeepEP's internode
 // kernels, hierarchical dispatchers).
@@ -467,9 +469,10 @@ struct EnumNames<GradientSync> {
 };
 template <>
 struct EnumNames<RecomputePolicy> {
-  static constexpr std::array<std::pair<std::string_view, RecomputePolicy>, 3> names{{
+  static constexpr std::array<std::pair<std::string_view, RecomputePolicy>, 4> names{{
       {"none", RecomputePolicy::none},
       {"selective", RecomputePolicy::selective},
+      {"selective_op", RecomputePolicy::selective_op},
       {"full", RecomputePolicy::full},
   }};
 };

@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: MIT
+// recompute.policy selective_op, torchtitan's per-op selective activation checkpointing: a layer keeps
+// its BF16 matmuls' outputs but every second one (q, v and the fused w1/w3 up-projection of a Llama
+// layer; k and o recomputed) and its attention core's, and recomputes the rest; with FP8 matmuls
+// (torchao's _scaled_mm, not in torchtitan's save list) every matmul the backward reaches is recomputed.
+// Megatron-style
+// selective recomputes the attention core and no matmul.
+#include <doctest/doctest.h>
+
+#include <set>
+#include <string>
+
+#include "../graph/graph_test_util.hpp"
+#include "graph/graph_checks.hpp"
+
+using namespace moesim;
+
+namespace {
+
+// Layer 1's ops of micro-batch 0 in `phase`, by name without the layer prefix.
+std::set<std::string> layer_ops(const StepGraph& g, Phase phase, OpKind kind) {
+  std::set<std::string> out;
+  const Program& p = g.programs[0];
+  for (const Op& op : p.ops) {
+    if (op.phase == phase && op.layer == 1 && op.micro == 0 && op.kind == kind) {
+      const std::string& name = p.name_of(op);
+      out.insert(name.substr(name.find('.') + 1));
+    }
+  }
+  return out;
+}
+
+double layer_flops(const StepGraph& g, Phase phase, OpKind kind) {
+  double f = 0;
+  for (const Op& op : g.programs[0].ops) {
+    if (op.phase == phase && op.layer == 1 && op.micro == 0 && op.kind == kind) f += op.flops;
+  }
+  return f;
+}
+
+StepGraph llama(const std::string& recompute, const std::string& precision = "{}") {
+  test::Plan p = test::one_gpu("llama-3.1-8b", 4096);
+  p.recompute = recompute;
+  p.precision = precision;
+  StepGraph g = build_step_graph(test::scenario(p));
+  CHECK(check_step_graph(g).empty());
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("selective_op recomputes every second BF16 matmul and keeps the attention core") {
+  const StepGraph g = llama("selective_op");
+  CHECK(layer_ops(g, Phase::recompute, OpKind::gemm) == std::set<std::string>{"attn.k_proj", "attn.o_proj"});
+  CHECK(layer_ops(g, Phase::recompute, OpKind::flash_attention).empty());
+  CHECK(layer_ops(g, Phase::recompute, OpKind::norm) == std::set<std::string>{"attn_norm", "ffn_norm"});
+  CHECK(layer_ops(g, Phase::recompute, OpKind::activation) == std::set<std::string>{"ffn.act"});
+  // Megatron-style selective: the attention core and the cheap ops, no matmul.
+  const StepGraph s = llama("selective");
+  CHECK(layer_ops(s, Phase::recompute, OpKind::gemm).empty());
+  CHECK(layer_ops(s, Phase::recompute, OpKind::flash_attention) == std::set<std::string>{"attn.flash_attention"});
+}
+
+TEST_CASE("selective_op with FP8 matmuls recomputes all of them") {
+  const StepGraph bf16 = llama("selective_op");
+  const StepGraph fp8 = llama("selective_op", R"({"compute": "fp8", "quantization": "tensorwise"})");
+  std::set<std::string> all = layer_ops(fp8, Phase::fwd, OpKind::gemm);
+  CHECK(all.size() == 6);
+  // Every matmul the backward reaches again: not the down-projection, whose output only the residual
+  // add reads and whose backward needs nothing of it (checkpointing stops once the backward's needs
+  // are recomputed).
+  all.erase("ffn.down_proj");
+  CHECK(layer_ops(fp8, Phase::recompute, OpKind::gemm) == all);
+  const double down = 2.0 * 4096 * 14336 * 4096;  // tokens x intermediate x d
+  CHECK(layer_flops(fp8, Phase::recompute, OpKind::gemm) ==
+        doctest::Approx(layer_flops(fp8, Phase::fwd, OpKind::gemm) - down).epsilon(1e-12));
+  CHECK(layer_flops(bf16, Phase::recompute, OpKind::gemm) < layer_flops(bf16, Phase::fwd, OpKind::gemm) / 2);
+}

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cassert>
-#include <map>
 
 namespace moesim {
 
@@ -97,7 +96,6 @@ std::vector<bool> recomputed_by_policy(const std::vector<TapeOp>& ops, Recompute
     return r;
   }
   int64_t matmuls = 0;
-  std::map<std::string, bool> decided;  // projection name -> recomputed, for its TP-overlap pieces
   for (size_t i = 0; i < ops.size(); ++i) {
     const TapeOp& op = ops[i];
     const Op& o = op.op;
@@ -107,17 +105,13 @@ std::vector<bool> recomputed_by_policy(const std::vector<TapeOp>& ops, Recompute
       r[i] = true;
       continue;
     }
-    const std::string& name = op.name;
-    const size_t dot = name.rfind('.');
-    const std::string suffix = dot == std::string::npos ? "" : name.substr(dot);
-    if (suffix == ".last_chunk" || suffix == ".rest") {
-      r[i] = decided[name.substr(0, dot)];
+    if (op.continues >= 0) {  // the same calls as the piece it continues, which comes before it
+      r[i] = r[static_cast<size_t>(op.continues)];
       continue;
     }
     const int64_t first = matmuls + 1;  // this op's first matmul call, 1-based
     matmuls += op.num_matmuls;
-    const bool saved = dtype_bytes(o.dtype) >= 2 && first % 2 == 1;  // the first of its calls is odd
-    r[i] = decided[name] = !saved;
+    r[i] = !(dtype_bytes(o.dtype) >= 2 && first % 2 == 1);  // kept: BF16 and its first call odd
   }
   return r;
 }
@@ -180,12 +174,21 @@ Analysis analyse(const LayerTape& tape, const TapePolicy& policy) {
       if (!droppable[static_cast<size_t>(p)] || swap_active(op, policy)) continue;
       a.kept[t] = false;
       if (a.recomputed[static_cast<size_t>(p)]) continue;
-      a.recomputed[static_cast<size_t>(p)] = true;
-      for (int o : op.outputs) a.kept[static_cast<size_t>(o)] = false;
-      for (int in : op.inputs) {
-        if (!a.kept[static_cast<size_t>(in)]) {
-          a.kept[static_cast<size_t>(in)] = true;
-          work.push_back(in);
+      // A projection split for TP overlap recomputes as a whole: all its pieces.
+      const int root = op.continues >= 0 ? op.continues : p;
+      for (size_t q = static_cast<size_t>(root); q < ops.size(); ++q) {
+        if (q != static_cast<size_t>(root) && ops[q].continues != root) continue;
+        a.recomputed[q] = true;
+        for (int o : ops[q].outputs) a.kept[static_cast<size_t>(o)] = false;
+        // Its data inputs only: a joined piece (TapeOp::num_joined) orders the op, the recompute
+        // does not read it again.
+        const size_t num_data = ops[q].inputs.size() - static_cast<size_t>(ops[q].num_joined);
+        for (size_t k = 0; k < num_data; ++k) {
+          const auto in = static_cast<size_t>(ops[q].inputs[k]);
+          if (!a.kept[in]) {
+            a.kept[in] = true;
+            work.push_back(static_cast<int>(in));
+          }
         }
       }
     }

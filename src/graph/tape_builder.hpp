@@ -221,11 +221,13 @@ class TapeBuilder {
       const int64_t first = producer.op.m / r.degree;
       t_.set_desc(y, matrix_desc(first, producer.op.n, c_.act));
       push(piece_of(producer, first, 1, r.degree, r.comm_overlap, producer.name, true));
+      const auto head = static_cast<int32_t>(ops.size() - 1);
       const int scattered = communicate(OpKind::reduce_scatter, r.group, rs_name, y, rs_out, rs_bytes);
       const int rest_out = act_tensor(producer.op.m - first, producer.op.n, producer.name + ".rest.out");
       TapeOp rest = piece_of(producer, producer.op.m - first, r.degree - 1, r.degree, r.comm_overlap,
                              producer.name + ".rest", false);
       rest.outputs = {rest_out};
+      rest.continues = head;
       push(std::move(rest));
       joins_[scattered].push_back(rest_out);
       return scattered;
@@ -234,13 +236,9 @@ class TapeBuilder {
                        bytes_of(elements(r.rows, d), c_.act));
   }
 
-  // The op that produced `y` (a projection; under TP overlap its main piece, whose other pieces
-  // follow its count) stands for `n` matmul calls.
-  void mark_matmuls(int y, int32_t n) {
-    for (TapeOp& op : t_.mutable_ops()) {
-      if (op.op.kind == OpKind::gemm && op.outputs.front() == y) op.num_matmuls = n;
-    }
-  }
+  // The op that produced `y` (a projection; under TP overlap its main piece, which its other pieces
+  // continue) stands for `n` matmul calls.
+  void mark_matmuls(int y, int32_t n) { last_producer_of(y).num_matmuls = n; }
 
   LayerTape& tape() { return t_; }
   const LayerContext& ctx() const { return c_; }
@@ -274,6 +272,7 @@ class TapeBuilder {
       const auto it = joins_.find(in);
       if (it == joins_.end()) continue;
       op.inputs.insert(op.inputs.end(), it->second.begin(), it->second.end());
+      op.num_joined += static_cast<int32_t>(it->second.size());
       joins_.erase(it);
     }
   }
@@ -325,6 +324,7 @@ class TapeBuilder {
     TapeOp main = piece_of(base, base.op.m - last, g.degree - 1, g.degree, g.form, base.name, true);
     main.inputs = {g.shard};  // its rows' inputs arrive during the gather; its backward reads the gathered x
     push(std::move(main), true);
+    tail.continues = static_cast<int32_t>(t_.ops().size() - 1);
     pending_tails_.push_back(std::move(tail));
     joins_[y].push_back(y_last);
     return y;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "../graph/graph_test_util.hpp"
+#include "analysis/known_fusions.hpp"
 #include "graph/graph_checks.hpp"
 
 using namespace moesim;
@@ -75,4 +76,49 @@ TEST_CASE("selective_op with FP8 matmuls recomputes all of them") {
   CHECK(layer_flops(fp8, Phase::recompute, OpKind::gemm) ==
         doctest::Approx(layer_flops(fp8, Phase::fwd, OpKind::gemm) - down).epsilon(1e-12));
   CHECK(layer_flops(bf16, Phase::recompute, OpKind::gemm) < layer_flops(bf16, Phase::fwd, OpKind::gemm) / 2);
+}
+
+TEST_CASE("selective_op treats a TP-overlapped projection's pieces as its one matmul call") {
+  test::Plan p = test::dense_tp8();
+  p.model = "llama-3.1-8b";
+  p.recompute = "selective_op";
+  p.tp_comm_overlap = "chunked";
+  const StepGraph g = build_step_graph(test::scenario(p));
+  CHECK(check_step_graph(g).empty());
+  // k is the layer's 2nd call: recomputed with every piece. o, the 4th, is not: the residual add
+  // reads the reduce-scatter's output, which is kept, as without the overlap - the rest piece it
+  // joins orders it and is not read again.
+  CHECK(layer_ops(g, Phase::recompute, OpKind::gemm) == std::set<std::string>{"attn.k_proj", "attn.k_proj.last_chunk"});
+}
+
+TEST_CASE("TP overlap keeps what the unsplit layer keeps under each selective policy") {
+  for (const std::string policy : {"selective", "selective_op"}) {
+    CAPTURE(policy);
+    test::Plan p = test::dense_tp8();
+    p.model = "llama-3.1-8b";
+    p.recompute = policy;
+    const StepGraph off = build_step_graph(test::scenario(p));
+    p.tp_comm_overlap = "chunked";
+    const StepGraph on = build_step_graph(test::scenario(p));
+    CHECK(kept_activation_bytes(on.programs[0]) == doctest::Approx(kept_activation_bytes(off.programs[0])).epsilon(1e-12));
+    // The rest pieces' outputs, which only order their consumers, end in the forward: never kept
+    // for a recompute.
+    const Program& prog = on.programs[0];
+    int64_t rest_outputs = 0;
+    for (const Op& op : prog.ops) {
+      for (const MemEffect& e : prog.effects_of(op)) {
+        const Buffer& b = prog.buffers[e.buffer];
+        if (e.action != MemAction::free || b.category != MemCategory::activation ||
+            !prog.names[b.name].ends_with(".rest.out")) {
+          continue;
+        }
+        ++rest_outputs;
+        CHECK(op.phase == Phase::fwd);
+      }
+    }
+    CHECK(rest_outputs > 0);
+    // The same recompute FLOPs: a recomputed projection recomputes all its pieces.
+    CHECK(layer_flops(on, Phase::recompute, OpKind::gemm) ==
+          doctest::Approx(layer_flops(off, Phase::recompute, OpKind::gemm)).epsilon(1e-12));
+  }
 }

@@ -127,21 +127,26 @@ struct Engine::Impl {
         if (rem[i] == 0) make_ready(s, i, 0);
       }
     }
-    while (!events.empty()) {
+    Picoseconds now = 0;
+    for (;;) {
+      // Transfers share the fabric once per instant, after all its starts and ends.
+      if (network.pending() && (events.empty() || events.next_time() > now)) reschedule(network.reshare(now), now);
+      if (events.empty()) break;
       if (opt.max_events > 0 && result.num_events == opt.max_events) {
         result.complete = false;
         return std::move(result);
       }
       const Event e = events.pop();
       ++result.num_events;
+      now = e.time;
       result.step_time = e.time;  // the time reached, should the run stop here
       switch (e.kind) {
         case EventKind::op_done: finish_op(e.rank, e.id, e.time); break;
-        case EventKind::transfer_start: reschedule(network.start(e.id, e.time), e.time); break;
+        case EventKind::transfer_start: network.start(e.id, e.time); break;
         case EventKind::op_issued: start_op(e.rank, e.id, e.time); break;
         case EventKind::flow_done: {
           if (!network.current(e.id, e.version)) break;  // rescheduled since
-          reschedule(network.end(e.id, e.time), e.time);
+          network.end(e.id);
           // Finishing the members may start flows that reuse this one: iterate a copy.
           done_members.assign(network.members(e.id).begin(), network.members(e.id).end());
           network.release(e.id);
@@ -266,8 +271,8 @@ struct Engine::Impl {
     schedule(after(t, c.latency_s, met.front().first, met.front().second), EventKind::transfer_start, 0, id);
   }
 
-  // New finish times for the flows whose rate a flow's start or end changed; the others' events
-  // stay valid.
+  // New finish times for the flows whose rate the instant's starts and ends changed; the others'
+  // events stay valid.
   void reschedule(const std::vector<uint32_t>& changed, Picoseconds t) {
     if (opt.check_max_min) network.check(result.max_min_checks, result.max_min_violations);
     for (uint32_t id : changed) {

@@ -34,7 +34,7 @@
 //     copy occupies its rank's host link in its direction with weight 1 and, when host memory
 //     sits behind the scale-up fabric, the scale-up port with weight copy bandwidth / port
 //     bandwidth. A flow alone takes the cost model's transfer time; rates are max-min fair,
-//     recomputed whenever a flow starts or ends;
+//     recomputed once at each instant where flows start or end;
 //   - compute started while a transfer of the rank is moving runs slower by the hardware's
 //     overlap_slowdown (a pipeline send or receive counts from when its pair meets); a rank's
 //     speed factor (a straggler) stretches its kernels;

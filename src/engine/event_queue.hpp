@@ -32,6 +32,7 @@ class EventQueue {
     heap_.push(Event{time, next_seq_++, kind, slot, id, version});
   }
   bool empty() const { return heap_.empty(); }
+  Picoseconds next_time() const { return heap_.top().time; }
   Event pop() {
     const Event e = heap_.top();
     heap_.pop();

@@ -26,6 +26,7 @@ void FlowNetwork::build(const SlotMap& slots) {
 void FlowNetwork::clear() {
   flows_.clear();
   free_flows_.clear();
+  pending_ = false;
   last_version_ = 0;
   sharing_.reset(static_cast<size_t>(num_slots_) * kPortsPerSlot + static_cast<size_t>(tiers_->num_resources()));
 }
@@ -42,6 +43,7 @@ uint32_t FlowNetwork::new_flow() {
   // Reset, keeping the vectors' capacity for the next flow.
   Flow& f = flows_[id];
   f.active = false;
+  f.fresh = false;
   f.remaining = 0;
   f.updated = 0;
   f.ports.clear();
@@ -113,23 +115,24 @@ uint32_t FlowNetwork::add_copy(int32_t slot, uint32_t op_index, bool to_host, do
 }
 
 // A flow joins or leaves the resources it crosses (max_min.hpp: only the flows connected to
-// them can change rate); those get their work done so far at the old rate, then new rates.
-const std::vector<uint32_t>& FlowNetwork::start(uint32_t id, Picoseconds t) {
+// them can change rate); at the instant's reshare those get their work done so far at the old
+// rate, then new rates.
+void FlowNetwork::start(uint32_t id, Picoseconds t) {
   Flow& f = flows_[id];
   f.active = true;
   f.updated = t;
+  f.fresh = true;  // no finish time yet, whatever its rate
   sharing_.add(id, f.ports, f.weights);
-  return reshare(t, id);
+  pending_ = true;
 }
 
-const std::vector<uint32_t>& FlowNetwork::end(uint32_t id, Picoseconds t) {
+void FlowNetwork::end(uint32_t id) {
   flows_[id].active = false;
   sharing_.remove(id);
-  return reshare(t, -1);
+  pending_ = true;
 }
 
-// `fresh`: a flow just started (always among the changed).
-const std::vector<uint32_t>& FlowNetwork::reshare(Picoseconds t, int64_t fresh) {
+const std::vector<uint32_t>& FlowNetwork::reshare(Picoseconds t) {
   const std::vector<uint32_t>& component = sharing_.affected();
   old_rate_.resize(component.size());
   for (size_t i = 0; i < component.size(); ++i) {
@@ -141,10 +144,13 @@ const std::vector<uint32_t>& FlowNetwork::reshare(Picoseconds t, int64_t fresh) 
   sharing_.share();
   changed_.clear();
   for (size_t i = 0; i < component.size(); ++i) {
-    if (sharing_.rate(component[i]) == old_rate_[i] && static_cast<int64_t>(component[i]) != fresh) continue;
-    flows_[component[i]].version = ++last_version_;  // unique across flows and their reuse: stale events never match
+    Flow& f = flows_[component[i]];
+    if (sharing_.rate(component[i]) == old_rate_[i] && !f.fresh) continue;
+    f.fresh = false;
+    f.version = ++last_version_;  // unique across flows and their reuse: stale events never match
     changed_.push_back(component[i]);
   }
+  pending_ = false;
   return changed_;
 }
 

@@ -58,10 +58,17 @@ class FlowNetwork {
   // A copy of `bytes` at `bandwidth` for op `op_index` of `slot`, to host memory or back.
   uint32_t add_copy(int32_t slot, uint32_t op_index, bool to_host, double bytes, double bandwidth);
 
-  // Flow `id` starts or ends at `t`: the flows whose rate it changed (a started flow always among
-  // them), each with a new version; the others' finish times stay valid. Valid until the next call.
-  const std::vector<uint32_t>& start(uint32_t id, Picoseconds t);
-  const std::vector<uint32_t>& end(uint32_t id, Picoseconds t);
+  // Flow `id` starts at `t`, or ends. Rates change only at reshare(t): call it once the
+  // instant's starts and ends are all in (no time passes within an instant, so the rates in
+  // between would carry no work).
+  void start(uint32_t id, Picoseconds t);
+  void end(uint32_t id);
+  // Whether flows started or ended since the last reshare.
+  bool pending() const { return pending_; }
+  // New rates after the starts and ends since the last call, all at `t`: the flows whose rate
+  // changed (every flow started since and still active among them), each with a new version; the
+  // others' finish times stay valid. Valid until the next call.
+  const std::vector<uint32_t>& reshare(Picoseconds t);
   // An ended flow's id may be reused by the next add_*.
   void release(uint32_t id) { free_flows_.push_back(id); }
 
@@ -78,6 +85,7 @@ class FlowNetwork {
  private:
   struct Flow {
     bool active = false;
+    bool fresh = false;    // started since the last reshare
     double remaining = 0;  // seconds at full rate (as of `updated`)
     Picoseconds updated = 0;
     uint64_t version = 0;
@@ -87,7 +95,6 @@ class FlowNetwork {
   };
 
   uint32_t new_flow();
-  const std::vector<uint32_t>& reshare(Picoseconds t, int64_t fresh);
 
   const ParallelPlan& plan_;
   const CostModel& cost_;
@@ -105,6 +112,7 @@ class FlowNetwork {
   MaxMinSharing sharing_;           // rates of the active flows over ports and switch instances
   std::vector<double> old_rate_;    // scratch of reshare
   std::vector<uint32_t> changed_;   // reshare's answer
+  bool pending_ = false;
 };
 
 }  // namespace moesim

@@ -17,6 +17,9 @@ void MaxMinSharing::reset(size_t num_resources) {
   stamp_ = 0;
   component_.clear();
   touched_.clear();
+  seeds_.clear();
+  fresh_.clear();
+  pending_ = false;
 }
 
 void MaxMinSharing::add(uint32_t id, const std::vector<int32_t>& resources, const std::vector<double>& weights) {
@@ -33,7 +36,9 @@ void MaxMinSharing::add(uint32_t id, const std::vector<int32_t>& resources, cons
     on_resource_[static_cast<size_t>(f.resources[k])].push_back(id);
     weight_[static_cast<size_t>(f.resources[k])] += f.weights[k];
   }
-  collect_component(f.resources, id);
+  seeds_.insert(seeds_.end(), f.resources.begin(), f.resources.end());
+  if (f.resources.empty()) fresh_.push_back(id);
+  pending_ = true;
 }
 
 void MaxMinSharing::remove(uint32_t id) {
@@ -44,19 +49,37 @@ void MaxMinSharing::remove(uint32_t id) {
     v.erase(std::find(v.begin(), v.end(), id));
     weight_[static_cast<size_t>(f.resources[k])] -= f.weights[k];
   }
-  collect_component(f.resources, -1);
+  seeds_.insert(seeds_.end(), f.resources.begin(), f.resources.end());
+  pending_ = true;
 }
 
-// The flows on `seeds` and those connected to them through binding resources; `fresh`, a flow
-// just added, belongs to it even when it crosses no resource.
-void MaxMinSharing::collect_component(const std::vector<int32_t>& seeds, int64_t fresh) {
+const std::vector<uint32_t>& MaxMinSharing::affected() {
+  if (pending_) collect_component();
+  return component_;
+}
+
+// The flows on the resources of the pending adds and removes and those connected to them through
+// binding resources; a flow added on no resource belongs to it while it is active.
+void MaxMinSharing::collect_component() {
   ++stamp_;
   component_.clear();
   touched_.clear();
-  if (fresh >= 0 && flows_[static_cast<size_t>(fresh)].resources.empty()) component_.push_back(static_cast<uint32_t>(fresh));
+  for (uint32_t id : fresh_) {
+    if (flows_[id].active && flows_[id].resources.empty() && flow_stamp_[id] != stamp_) {
+      flow_stamp_[id] = stamp_;
+      component_.push_back(id);
+    }
+  }
   std::vector<int32_t>& work = work_;  // scratch kept across calls: no allocation per event
-  work.assign(seeds.begin(), seeds.end());
-  for (int32_t r : work) resource_stamp_[static_cast<size_t>(r)] = stamp_;
+  work.clear();
+  for (int32_t r : seeds_) {
+    if (resource_stamp_[static_cast<size_t>(r)] == stamp_) continue;
+    resource_stamp_[static_cast<size_t>(r)] = stamp_;
+    work.push_back(r);
+  }
+  seeds_.clear();
+  fresh_.clear();
+  pending_ = false;
   while (!work.empty()) {
     const int32_t r = work.back();
     work.pop_back();
@@ -75,6 +98,7 @@ void MaxMinSharing::collect_component(const std::vector<int32_t>& seeds, int64_t
 }
 
 void MaxMinSharing::share() {
+  if (pending_) collect_component();
   for (uint32_t id : component_) {
     Flow& f = flows_[id];
     f.rate = f.resources.empty() ? 1.0 : -1.0;  // -1: not fixed yet

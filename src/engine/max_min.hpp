@@ -17,7 +17,9 @@
 // Incrementality: a resource can bind only when its flows together could exceed it at full rate
 // (summed weight > 1); one that cannot never limits a rate, so it neither joins the problem nor
 // connects flows. Adding or removing a flow re-solves only the flows connected to its resources
-// through binding ones (the component); the others' rates cannot change.
+// through binding ones (the component); the others' rates cannot change. Several adds and
+// removes before one share() re-solve the union of their components once: the engine shares once
+// per instant, whatever number of transfers start and end in it.
 #pragma once
 
 #include <cstddef>
@@ -32,14 +34,16 @@ class MaxMinSharing {
   void reset(size_t num_resources);
 
   // Flow `id` (any small integer the caller manages) starts on `resources` with `weights` (one
-  // per resource, its share of it at full rate). A flow on no resource runs at rate 1.
+  // per resource, its share of it at full rate). A flow on no resource runs at rate 1. Its rate
+  // is 0 until the next share().
   void add(uint32_t id, const std::vector<int32_t>& resources, const std::vector<double>& weights);
-  // Flow `id` ends.
+  // Flow `id` ends. An id may be added again once removed.
   void remove(uint32_t id);
 
-  // After add or remove: the active flows whose rate may change, their rates still the old ones
-  // (so the caller can account the work done at them); then share() fixes their new rates.
-  const std::vector<uint32_t>& affected() const { return component_; }
+  // The active flows whose rate may change by the adds and removes since the last share(),
+  // their rates still the old ones (so the caller can account the work done at them); then
+  // share() fixes their new rates. Empty when nothing was added or removed.
+  const std::vector<uint32_t>& affected();
   void share();
 
   double rate(uint32_t id) const { return flows_[id].rate; }
@@ -58,7 +62,7 @@ class MaxMinSharing {
   };
 
   bool binding(int32_t r) const { return weight_[static_cast<size_t>(r)] > 1 + 1e-12; }
-  void collect_component(const std::vector<int32_t>& seeds, int64_t fresh);
+  void collect_component();
 
   std::vector<Flow> flows_;
   std::vector<double> capacity_;  // remaining, while solving
@@ -67,6 +71,9 @@ class MaxMinSharing {
   std::vector<std::vector<uint32_t>> on_resource_;  // active flows crossing each resource
   std::vector<uint64_t> resource_stamp_, flow_stamp_;  // visited marks of the component search
   uint64_t stamp_ = 0;
+  std::vector<int32_t> seeds_;       // resources of the adds and removes not shared yet
+  std::vector<uint32_t> fresh_;      // flows added on no resource, not shared yet
+  bool pending_ = false;             // adds or removes since the component was last collected
   std::vector<uint32_t> component_;  // flows to re-solve
   std::vector<int32_t> touched_;     // binding resources of the component
   std::vector<int32_t> open_;        // scratch of share()

@@ -40,10 +40,16 @@ const CalibrationTable* Calibration::cce_table(const Op& op) const {
   return it == cce.end() ? nullptr : &it->second;
 }
 
-const CalibrationTable* Calibration::memory_table(OpKind kind, Phase phase) const {
-  auto it = memory_by_kind.find({kind, phase == Phase::bwd});
+const CalibrationTable* Calibration::memory_table(const Op& op) const {
+  const bool bwd = op.phase == Phase::bwd;
+  if (const int64_t width = memory_table_width(op); width > 0) {
+    if (auto it = memory_by_kind.find({op.kind, width, bwd}); it != memory_by_kind.end()) return &it->second;
+  }
+  auto it = memory_by_kind.find({op.kind, 0, bwd});
   return it == memory_by_kind.end() ? nullptr : &it->second;
 }
+
+int64_t memory_table_width(const Op& op) { return op.kind == OpKind::norm ? op.k : 0; }
 
 CcePass cce_pass_of(const Op& op) {
   if (op.phase != Phase::bwd) return CcePass::forward;  // recompute is the forward launch again
@@ -71,8 +77,9 @@ using nlohmann::json;
 
 // Version 2 added the optional "attention" tables, version 3 the optional "memory_overhead" (read
 // by the hardware loader, hardware_spec.cpp), version 4 the optional "collectives_inter_node",
-// version 5 the optional "kernels/memory_by_kind"; versions 1 to 4 are still read.
-constexpr int kFormatVersion = 5;
+// version 5 the optional "kernels/memory_by_kind", version 6 its tables of one row width
+// ("norm:128"); versions 1 to 5 are still read.
+constexpr int kFormatVersion = 6;
 constexpr int kOldestVersion = 1;
 
 struct Reader {
@@ -135,12 +142,14 @@ struct Reader {
   // op kinds `accepted` names (`what` in the error, with those kinds listed), by `measure`, in the
   // unit value_of(kind) names.
   template <class ValueOf>
+  // `as_written`: the key of j's one entry in the file, when it differs from the kind's name.
   void kind_pass_tables(const json& j, const std::string& path, const char* what, bool (*accepted)(OpKind),
                         const std::string& measure, ValueOf value_of,
-                        std::map<std::pair<OpKind, bool>, CalibrationTable>& out) const {
+                        std::map<std::pair<OpKind, bool>, CalibrationTable>& out,
+                        const std::string& as_written = "") const {
     object(j, path);
     for (const auto& [name, phases] : j.items()) {
-      const std::string kind_path = pointer_append(path, name);
+      const std::string kind_path = pointer_append(path, as_written.empty() ? name : as_written);
       const auto kind = enum_from_name<OpKind>(name);
       if (!kind || !accepted(*kind)) {
         std::string known;
@@ -208,9 +217,31 @@ Calibration load_calibration(const InputText& input, const json& root) {
       }
     }
     if (k.contains("memory_by_kind")) {
-      // Bytes/s by bytes moved.
-      r.kind_pass_tables(k["memory_by_kind"], "/kernels/memory_by_kind", "memory-bound", is_memory_bound_kind, "bytes",
-                         [](OpKind) { return "bytes_per_s"; }, c.memory_by_kind);
+      // {"KIND" or "KIND:WIDTH": {"forward": table, "backward": table}}: bytes/s by bytes moved.
+      std::map<std::pair<OpKind, bool>, CalibrationTable> tables;
+      const json& mk = r.object(k["memory_by_kind"], "/kernels/memory_by_kind");
+      for (const auto& [key, phases] : mk.items()) {
+        const size_t colon = key.find(':');
+        int64_t width = 0;
+        if (colon != std::string::npos) {
+          const std::string path = pointer_append("/kernels/memory_by_kind", key);
+          const std::string digits = key.substr(colon + 1);
+          if (version < 6) r.fail(path, "a table of one row width (KIND:WIDTH) needs format version 6");
+          if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos ||
+              std::stoll(digits) == 0) {
+            r.fail(path, "the row width after ':' must be a whole number from 1 to 999999999");
+          }
+          if (key.substr(0, colon) != "norm") r.fail(path, "only norm tables have a row width (norm:WIDTH)");
+          width = std::stoll(digits);
+        }
+        // Each key's tables are read alone, so that errors name the key as written.
+        json one = json::object();
+        one[key.substr(0, colon)] = phases;
+        tables.clear();
+        r.kind_pass_tables(one, "/kernels/memory_by_kind", "memory-bound", is_memory_bound_kind, "bytes",
+                           [](OpKind) { return "bytes_per_s"; }, tables, key);
+        for (auto& [kind_pass, t] : tables) c.memory_by_kind[{kind_pass.first, width, kind_pass.second}] = std::move(t);
+      }
     }
   }
   if (root.contains("host_copy")) {

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -86,7 +87,11 @@ struct Calibration {
   // equal size a norm, an activation's backward, a permute and the loss run at bandwidths up to 3x
   // apart, so one table by bytes alone gives an op the rate of another kind that happened to move
   // as many bytes in the trace. An op of a kind with a table reads it instead of kernels/memory.
-  std::map<std::pair<OpKind, bool>, CalibrationTable> memory_by_kind;
+  // Version 6 adds tables of one row width ("norm:128", key width > 0; width 0: the kind's table
+  // of every width), read first: a norm over 128-element heads (QK-norm) moves bytes at a third
+  // of the rate of a norm over 2,048-element rows, and at twice the tokens a layer norm moves as
+  // many bytes as the per-head norm did. Keyed (kind, width, backward?).
+  std::map<std::tuple<OpKind, int64_t, bool>, CalibrationTable> memory_by_kind;
 
   // The bus-bandwidth table of a collective over n ranks in one scale-up domain, or null.
   const CalibrationTable* collective(OpKind kind, int64_t n) const;
@@ -94,8 +99,9 @@ struct Calibration {
   const CalibrationTable* attention_table(OpKind kind, Phase phase) const;
   // The CCE table of a cce_loss op's pass, or null (the op then stays on the GEMM table or curve).
   const CalibrationTable* cce_table(const Op& op) const;
-  // The memory-bound table of an op kind in a phase (bwd: backward; the others: forward), or null.
-  const CalibrationTable* memory_table(OpKind kind, Phase phase) const;
+  // The memory-bound table of an op's kind, row width (memory_table_width) and phase (bwd:
+  // backward; the others: forward): its width's, else its kind's, or null.
+  const CalibrationTable* memory_table(const Op& op) const;
 };
 
 // The op kinds an attention table may name (format version 2).
@@ -103,6 +109,9 @@ bool is_calibrated_attention_kind(OpKind kind);
 // The op kinds a kernels/memory_by_kind table may name (format version 5): the memory-bound
 // kernels (no GEMM, attention or KDA curve), not copies to the host or communication.
 bool is_memory_bound_kind(OpKind kind);
+// The row width a memory-bound op's table is kept by: a norm's normalised width (op.k), 0 for
+// every other op.
+int64_t memory_table_width(const Op& op);
 // Whether that kind's table holds bytes/s (of the op's bytes read and written) rather than FLOP/s:
 // the DSA key gather of the unfused form, a memory-bound kernel.
 bool attention_table_counts_bytes(OpKind kind);

@@ -149,7 +149,7 @@ double CostModel::kernel_seconds(const Op& op, double rows_scale) const {
   // Calibrated memory-bound kernels of this kind and pass (kernels/memory_by_kind): the measured
   // rate is the whole kernel, its arithmetic included, so no roofline max with the FLOP term.
   if (cal && bytes > 0 && is_memory_bound_kind(op.kind)) {
-    if (const CalibrationTable* mem = cal->memory_table(op.kind, op.phase)) return bytes / mem->at(bytes) + cast_s + launch_s;
+    if (const CalibrationTable* mem = cal->memory_table(op)) return bytes / mem->at(bytes) + cast_s + launch_s;
   }
   double t = 0;
   if (flops > 0) {

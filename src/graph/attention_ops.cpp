@@ -138,7 +138,9 @@ std::pair<int, int> mla_query(TapeBuilder& b, int x, int64_t h) {
           cq};
 }
 
-int output_gate(TapeBuilder& b, int x, int o, int64_t width, OutputGate gate, int64_t gate_rank, bool gated_norm) {
+// The attention output `o` (`width` per token) gated by a projection of x: elementwise, or with
+// `gated_norm_width` > 0 a gated norm normalising rows of that width (per head).
+int output_gate(TapeBuilder& b, int x, int o, int64_t width, OutputGate gate, int64_t gate_rank, int64_t gated_norm_width) {
   const auto& c = b.ctx();
   const int64_t t = c.tokens, d = c.model->hidden_size;
   if (gate == OutputGate::none) return o;
@@ -149,7 +151,9 @@ int output_gate(TapeBuilder& b, int x, int o, int64_t width, OutputGate gate, in
     const int ga = b.gemm("attn.gate_a_proj", x, t, d, gate_rank, LoraTarget::output_gate);
     g = b.gemm("attn.gate_b_proj", ga, t, gate_rank, width, LoraTarget::output_gate);
   }
-  if (gated_norm) return b.pointwise(OpKind::norm, "attn.gated_norm", {o, g}, t, width, 6.0, {o, g}, c.act);
+  if (gated_norm_width > 0) {
+    return b.pointwise(OpKind::norm, "attn.gated_norm", {o, g}, t, width, 6.0, {o, g}, c.act, gated_norm_width);
+  }
   return b.pointwise(OpKind::elementwise, "attn.gate", {o, g}, t, width, 4.0, {o, g}, c.act);
 }
 
@@ -165,8 +169,8 @@ int gqa_block(TapeBuilder& b, int x) {
   int k = b.gemm("attn.k_proj", x, t, d, kv * g.head_dim, LoraTarget::k_proj, SwapTarget::attention_in_proj);
   int v = b.gemm("attn.v_proj", x, t, d, kv * g.head_dim, LoraTarget::v_proj, SwapTarget::attention_in_proj);
   if (g.qk_norm) {
-    q = b.norm("attn.q_norm", q, t, h * g.head_dim);
-    k = b.norm("attn.k_norm", k, t, kv * g.head_dim);
+    q = b.norm("attn.q_norm", q, t, h * g.head_dim, g.head_dim);  // per head
+    k = b.norm("attn.k_norm", k, t, kv * g.head_dim, g.head_dim);
   }
   std::tie(q, k) = b.rope(q, k, t, h * g.head_dim, kv * g.head_dim);
   k = gather_context(b, "attn.k", k, kv * g.head_dim);
@@ -188,7 +192,7 @@ int mla_block(TapeBuilder& b, int x) {
                         LoraTarget::kv_b_proj, SwapTarget::attention_in_proj);
   const int kv_all = gather_context(b, "attn.kv", kv, h * (a.qk_nope_head_dim + a.v_head_dim));
   int o = flash_attention(b, "attn", {q, kv_all}, h, a.qk_nope_head_dim + a.qk_rope_head_dim, a.v_head_dim);
-  o = output_gate(b, x, o, h * a.v_head_dim, a.output_gate, 0, false);
+  o = output_gate(b, x, o, h * a.v_head_dim, a.output_gate, 0, 0);
   return b.gemm("attn.o_proj", o, t, h * a.v_head_dim, d, LoraTarget::o_proj, SwapTarget::attention_out_proj);
 }
 
@@ -323,7 +327,7 @@ int mla_dsa_block(TapeBuilder& b, int x) {
   }
   // Absorb W_UV, head by head: latent (512) -> value (128); kv_b's value half.
   int o = b.gemm("attn.v_absorb", o_lat, t * h, a.kv_lora_rank, a.v_head_dim, LoraTarget::kv_b_proj);
-  o = output_gate(b, x, o, h * a.v_head_dim, a.output_gate, 0, false);
+  o = output_gate(b, x, o, h * a.v_head_dim, a.output_gate, 0, 0);
   return b.gemm("attn.o_proj", o, t, h * a.v_head_dim, d, LoraTarget::o_proj, SwapTarget::attention_out_proj);
 }
 
@@ -459,7 +463,7 @@ int kda_block(TapeBuilder& b, int x) {
     b.add(send);
     o = o2;
   }
-  o = output_gate(b, x, o, p, k.output_gate, k.output_gate_rank, true);
+  o = output_gate(b, x, o, p, k.output_gate, k.output_gate_rank, k.head_dim);  // normalised per head
   return b.gemm("attn.o_proj", o, t, p, d, LoraTarget::o_proj, SwapTarget::attention_out_proj);
 }
 

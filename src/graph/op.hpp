@@ -213,7 +213,8 @@ struct Op {
                                     // memory-bound kernels of their own, so their time adds
   double comm_bytes = 0;            // collectives: nccl-tests "size" on this rank; p2p: bytes sent or
                                     // received; swap copies: bytes copied
-  int64_t m = 0, n = 0, k = 0;      // GEMM shape (grouped: m is the total rows)
+  int64_t m = 0, n = 0, k = 0;      // GEMM shape (grouped: m is the total rows); a norm's k: the
+                                    // width of the rows it normalises (a head for QK-norm)
   int32_t num_groups = 0;           // grouped GEMM: experts on this rank
   int32_t num_kernels = 1;          // kernels it launches (an eager norm: several; each pays the launch
                                     // overhead; bytes_read / bytes_written are their sum)

@@ -86,11 +86,13 @@ class TapeBuilder {
   }
 
   // An elementwise-like op (norm, activation, add): cheap, recomputed under selective recompute.
+  // `row_width`: a norm's normalised width (its op's k; see norm), 0 for other kinds.
   int pointwise(OpKind kind, const std::string& name, std::vector<int> inputs, int64_t rows, int64_t cols,
-                double flops_per_element, std::vector<int> needs, Dtype out_dtype) {
+                double flops_per_element, std::vector<int> needs, Dtype out_dtype, int64_t row_width = 0) {
     const int y = tensor(rows, cols, name + ".out", out_dtype);
     TapeOp op;
     op.op.kind = kind;
+    op.op.k = row_width;
     op.op.dtype = c_.act;
     op.op.flops = flops_per_element * elements(rows, cols);
     for (int in : inputs) op.op.bytes_read += t_.tensors()[static_cast<size_t>(in)].desc.bytes();
@@ -106,8 +108,11 @@ class TapeBuilder {
     return y;
   }
 
-  int norm(const std::string& name, int x, int64_t rows, int64_t cols) {
-    const int y = pointwise(OpKind::norm, name, {x}, rows, cols, 4.0, {x}, c_.act);
+  // A norm of `rows` x `cols`, normalising rows of `width` elements (0: whole rows of `cols`; a
+  // per-head norm: the head dimension), kept as the op's k: kernels of one size run at different
+  // rates by the width they reduce over (a calibration keeps tables per width, trace_fit.hpp).
+  int norm(const std::string& name, int x, int64_t rows, int64_t cols, int64_t width = 0) {
+    const int y = pointwise(OpKind::norm, name, {x}, rows, cols, 4.0, {x}, c_.act, width > 0 ? width : cols);
     run_as_scenario_says(c_.model->norm == NormKind::layernorm ? ElementwiseForm::layer_norm : ElementwiseForm::rms_norm,
                          rows, cols);
     return y;

@@ -79,7 +79,8 @@ TraceFit fit_calibration_from_traces(const std::vector<TraceFitSource>& sources,
   Table memory{"bytes", "bytes_per_s", false, {}};
   std::map<std::pair<std::string, std::string>, Table> attention;  // (kind, forward|backward)
   std::map<std::string, Table> cce;                                // by pass (CcePass)
-  std::map<std::pair<std::string, std::string>, Table> memory_by_kind;  // (kind, forward|backward)
+  // (kind, or kind:width for a norm's width, forward|backward)
+  std::map<std::pair<std::string, std::string>, Table> memory_by_kind;
   std::map<std::pair<std::string, int64_t>, Table> collectives;    // (kind, group size)
   std::vector<std::string> skipped;
   json traces = json::array();
@@ -156,12 +157,18 @@ TraceFit fit_calibration_from_traces(const std::vector<TraceFitSource>& sources,
         s.y = s.x / work_s;
         s.work = s.x;
         memory.samples.push_back(s);
-        // The same point in its kind's table, which the cost model reads first for that kind; the
-        // table of all kinds stays for kinds the trace did not run.
+        // The same point in its kind's table and, for a norm, its row width's, which the cost
+        // model reads first (calibration.hpp); the table of all kinds stays for kinds the trace
+        // did not run, the kind's for widths it did not run.
+        const std::string kind(enum_name(op.kind));
+        const int64_t width = memory_table_width(op);
         for (const unsigned pass : {1u, 2u}) {
           if (!is_memory_bound_kind(op.kind) || !(passes.at(name) & pass)) continue;
-          const std::pair<std::string, std::string> key{std::string(enum_name(op.kind)), pass == 2u ? "backward" : "forward"};
-          memory_by_kind.try_emplace(key, Table{"bytes", "bytes_per_s", false, {}}).first->second.samples.push_back(s);
+          const std::string phase = pass == 2u ? "backward" : "forward";
+          for (const std::string& table : {kind, width > 0 ? kind + ":" + std::to_string(width) : std::string()}) {
+            if (table.empty()) continue;
+            memory_by_kind.try_emplace({table, phase}, Table{"bytes", "bytes_per_s", false, {}}).first->second.samples.push_back(s);
+          }
         }
       } else {
         skipped.push_back(fold_layer(name) + " (no work the cost model reads)");
@@ -169,7 +176,7 @@ TraceFit fit_calibration_from_traces(const std::vector<TraceFitSource>& sources,
     }
   }
 
-  json root = {{"format", "moesim-calibration"}, {"version", 5}};
+  json root = {{"format", "moesim-calibration"}, {"version", 6}};
   root["provenance"] = {{"source", "PyTorch profiler trace (moesim calibrate --from-trace)"},
                         {"traces", traces},
                         {"command", command},

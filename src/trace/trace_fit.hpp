@@ -10,13 +10,15 @@
 //   attention/KIND/PHASE  BF16 flash_attention, ...            query rows (op.m)    flops / (t - launch)
 //   kernels/memory        every other kernel (norms, elementwise, permute, loss, optimizer)
 //                                                              bytes read + written bytes / (t - launch)
+//   kernels/memory_by_kind/KIND/PASS       the same, by kind and pass
+//   kernels/memory_by_kind/norm:W/PASS     norms that normalise rows of W elements
 //   collectives/KIND/N    collectives over N > 1 ranks         nccl-tests size      busbw = factor x size / t
 //
 // t is the op's measured GPU time (its kernels' durations summed), launch the hardware file's
 // kernel_launch_overhead, which the cost model adds to every kernel. Where several ops share an
-// x, the point is their total work over their total time (so they keep their summed time). Caveats: one memory table serves every memory-bound kind, so
-// kinds of similar size but different efficiency (an eager RMSNorm of six kernels against one
-// residual add) share a point; sizes outside the measured range are clamped to the end points.
+// x, the point is their total work over their total time (so they keep their summed time). The
+// cost model reads the narrowest memory table it has for an op (its norm width's, its kind's,
+// then kernels/memory). Caveat: sizes outside the measured range are clamped to the end points.
 #pragma once
 
 #include <string>

@@ -114,7 +114,7 @@ TEST_CASE("the reader takes the tables it knows and names the file and JSON path
   CHECK(c.collective(OpKind::all_gather, 2) == nullptr);
 
   json j = sample_calibration();
-  j["version"] = 6;
+  j["version"] = 7;
   expect_error(j, "/version", "unsupported version");
   j = sample_calibration();
   j["version"] = 2;  // memory_overhead came with version 3
@@ -471,11 +471,18 @@ TEST_CASE("version 5 kernels/memory_by_kind: read per kind and pass, checked, an
                                     {"activation", {{"backward", table(1e8, 0.8e12, 1e9, 0.8e12)}}}};
   const Calibration c = load_calibration(text(j));
   CHECK(c.memory_by_kind.size() == 3);
-  CHECK(c.memory_table(OpKind::norm, Phase::fwd) == &c.memory_by_kind.at({OpKind::norm, false}));
-  CHECK(c.memory_table(OpKind::norm, Phase::recompute) == &c.memory_by_kind.at({OpKind::norm, false}));
-  CHECK(c.memory_table(OpKind::norm, Phase::bwd) == &c.memory_by_kind.at({OpKind::norm, true}));
-  CHECK(c.memory_table(OpKind::activation, Phase::fwd) == nullptr);
-  CHECK(c.memory_table(OpKind::gemm, Phase::fwd) == nullptr);
+  const auto op_of = [](OpKind kind, Phase phase) {
+    Op o;
+    o.kind = kind;
+    o.phase = phase;
+    o.k = kind == OpKind::norm ? 2048 : 0;
+    return o;
+  };
+  CHECK(c.memory_table(op_of(OpKind::norm, Phase::fwd)) == &c.memory_by_kind.at({OpKind::norm, 0, false}));
+  CHECK(c.memory_table(op_of(OpKind::norm, Phase::recompute)) == &c.memory_by_kind.at({OpKind::norm, 0, false}));
+  CHECK(c.memory_table(op_of(OpKind::norm, Phase::bwd)) == &c.memory_by_kind.at({OpKind::norm, 0, true}));
+  CHECK(c.memory_table(op_of(OpKind::activation, Phase::fwd)) == nullptr);
+  CHECK(c.memory_table(op_of(OpKind::gemm, Phase::fwd)) == nullptr);
 
   // t = bytes / table(bytes) + launch for a kind and pass with a table; kernels/memory for the rest.
   const HardwareSpec hw = hardware_with(j);
@@ -510,6 +517,45 @@ TEST_CASE("version 5 kernels/memory_by_kind: read per kind and pass, checked, an
   bad = j;
   bad["version"] = 4;  // a key of version 5
   expect_error(bad, "/kernels/memory_by_kind", "unknown key");
+  bad = j;
+  bad["kernels"]["memory_by_kind"]["norm:128"] = bad["kernels"]["memory_by_kind"]["norm"];
+  expect_error(bad, "/kernels/memory_by_kind/norm:128", "format version 6");  // a key of version 6
+}
+
+TEST_CASE("version 6 norm tables by row width: read first for norms of that width, the kind's for the others") {
+  json j = sample_calibration();
+  j["version"] = 6;
+  const auto table = [](double y) {
+    return json{{"measure", "bytes"}, {"value", "bytes_per_s"}, {"points", {{1e6, y}, {1e9, y}}}};
+  };
+  j["kernels"]["memory_by_kind"] = {{"norm", {{"forward", table(2e12)}}}, {"norm:128", {{"forward", table(0.5e12)}}}};
+  const HardwareSpec hw = hardware_with(j);
+  const CostModel cost(hw);
+  const double launch = hw.device.kernel_launch_overhead.value;
+  Op op;
+  op.kind = OpKind::norm;
+  op.dtype = Dtype::bf16;
+  op.bytes_read = 5e8;
+  op.bytes_written = 5e8;
+  op.phase = Phase::fwd;
+  op.k = 128;  // QK-norm: rows of one head
+  CHECK(cost.kernel_seconds(op) == doctest::Approx(1e9 / 0.5e12 + launch).epsilon(1e-12));
+  op.phase = Phase::recompute;
+  CHECK(cost.kernel_seconds(op) == doctest::Approx(1e9 / 0.5e12 + launch).epsilon(1e-12));
+  op.k = 2048;  // a layer norm: no table of its width, the kind's
+  CHECK(cost.kernel_seconds(op) == doctest::Approx(1e9 / 2e12 + launch).epsilon(1e-12));
+
+  for (const char* key : {"norm:", "norm:0", "norm:12a", "norm:-5", "norm:1234567890"}) {
+    json bad = j;
+    bad["kernels"]["memory_by_kind"][key] = table(1e12);
+    expect_error(bad, std::string("/kernels/memory_by_kind/") + key, "row width");
+  }
+  json bad = j;
+  bad["kernels"]["memory_by_kind"]["activation:128"] = j["kernels"]["memory_by_kind"]["norm"];
+  expect_error(bad, "/kernels/memory_by_kind/activation:128", "only norm tables");
+  bad = j;
+  bad["kernels"]["memory_by_kind"]["norm:128"]["sideways"] = table(1e12);
+  expect_error(bad, "/kernels/memory_by_kind/norm:128/sideways", "unknown key");
 }
 
 TEST_CASE("version 4 inter-node collective tables: read apart from the ones within a node, checked") {

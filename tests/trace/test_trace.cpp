@@ -10,6 +10,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <set>
 #include <tuple>
 #include <sstream>
 #include <string>
@@ -247,7 +248,7 @@ TEST_CASE("the fit: the fitted calibration gives back the measured time of the o
   const TraceFit fit = fit_calibration_from_traces({{&l.match, &l.graph, &cost, "moe-s4k-mb2"}}, "test");
   const nlohmann::json j = nlohmann::json::parse(fit.json);
   CHECK(j["format"] == "moesim-calibration");
-  CHECK(j["version"] == 5);
+  CHECK(j["version"] == 6);
   CHECK(j["kernels"].contains("gemm"));
   CHECK(j["kernels"].contains("grouped_gemm"));
   CHECK(j["kernels"].contains("memory"));
@@ -259,6 +260,21 @@ TEST_CASE("the fit: the fitted calibration gives back the measured time of the o
   }
   CHECK(j["attention"]["flash_attention"].contains("forward"));
   CHECK(j["attention"]["flash_attention"].contains("backward"));
+  // Norms also by the width they normalise: Qwen3's QK-norm per 128-element head, the layer norms
+  // over the 2,048-element hidden state; each width's table holds exactly its norms' sizes.
+  std::map<int64_t, std::set<double>> norm_bytes;  // width -> forward bytes of its norm ops
+  for (const Op& op : l.graph.programs[0].ops) {
+    if (op.kind == OpKind::norm && op.phase == Phase::fwd) norm_bytes[op.k].insert(op.bytes_read + op.bytes_written);
+  }
+  REQUIRE(norm_bytes.size() == 2);
+  for (const auto& [width, bytes] : norm_bytes) {
+    INFO(width);
+    CHECK((width == 128 || width == 2048));
+    const auto& points = j["kernels"]["memory_by_kind"]["norm:" + std::to_string(width)]["forward"]["points"];
+    std::set<double> xs;
+    for (const auto& pt : points) xs.insert(pt[0].get<double>());
+    CHECK(xs == bytes);
+  }
 
   Scenario s = l.scenario;
   s.hardware.calibration_input = InputText{"fitted.json", fit.json, false};
@@ -287,9 +303,9 @@ TEST_CASE("the fit: the fitted calibration gives back the measured time of the o
       key = "attention " + std::string(op->phase == Phase::bwd ? "bwd " : "fwd ") + std::to_string(op->m);
     } else if (curve == CostModel::Curve::gemm || curve == CostModel::Curve::grouped_gemm) {
       key = (curve == CostModel::Curve::gemm ? "gemm " : "grouped ") + std::to_string(x);
-    } else {  // its kind's table (kernels/memory_by_kind), by pass
-      key = "memory " + std::string(enum_name(op->kind)) + (op->phase == Phase::bwd ? " bwd " : " fwd ") +
-            std::to_string(op->bytes_read + op->bytes_written);
+    } else {  // its kind's table (kernels/memory_by_kind), by width (norms) and pass
+      key = "memory " + std::string(enum_name(op->kind)) + ":" + std::to_string(memory_table_width(*op)) +
+            (op->phase == Phase::bwd ? " bwd " : " fwd ") + std::to_string(op->bytes_read + op->bytes_written);
     }
     by_point[key].first += o.per_op_seconds();
     by_point[key].second += fitted.kernel_seconds(*op);

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -39,6 +41,9 @@ std::string routing_key(const RoutingSpec& r) {
          std::to_string(r.bias_start_step);
 }
 
+// Samplers a sweep keeps (each holds its per-layer expert tables: a few MB for K3's 896 experts).
+constexpr size_t kMaxCachedSamplers = 8;
+
 std::string gigabytes(double bytes) {
   char text[64];
   std::snprintf(text, sizeof text, "%.1f GB", bytes / 1e9);
@@ -55,7 +60,11 @@ struct ConfigEvaluator::State {
   std::string structure_key;
   std::string routing;
   std::unique_ptr<StepGraph> graph;
-  std::optional<RoutingSampler> sampler;  // a routing axis' sampler, when not the graph's own
+  // Routing samplers by everything that sets their draws (the routing, the experts, the EP
+  // layout): configurations of other structures with the same routing and EP layout reuse one,
+  // with the per-layer expert tables it built on first use.
+  std::map<std::string, std::unique_ptr<RoutingSampler>> samplers;
+  const RoutingSampler* sampler = nullptr;  // the configuration's; null without experts
   GraphStats stats;
   std::unique_ptr<Engine> engine;
 };
@@ -109,30 +118,42 @@ StepReport ConfigEvaluator::simulate(const Scenario& s, const LoadedConfig& load
     st.hardware_file = s.hardware_file;
   }
   const std::string routing = routing_key(s.spec.routing);
-  if (!st.graph || st.structure_key != loaded.structure_key) {
+  const bool new_graph = !st.graph || st.structure_key != loaded.structure_key;
+  if (new_graph) {
     st.engine.reset();
     st.graph = std::make_unique<StepGraph>(build_step_graph(s));
     st.structure_key = loaded.structure_key;
-    st.routing = routing;
-    st.stats = compute_stats(*st.graph);
     ++num_graphs_built_;
-    st.sampler.reset();
-  } else if (st.routing != routing) {
-    // Same structure, other routing: the engine draws from another sampler; the graph stays.
-    st.sampler.reset();
+  }
+  if (new_graph || st.routing != routing) {
+    // The engine draws from the sampler of this routing and EP layout, the same draws as the
+    // graph's own sampler would give; the graph stays when only the routing changed.
+    st.sampler = nullptr;
     if (s.model.moe) {
-      st.sampler.emplace(s.spec.routing, s.model.moe->num_experts, s.model.moe->top_k, s.spec.parallel.ep,
-                         s.routing_histogram, routing_ranks_per_node(s, st.graph->plan));
+      const int64_t per_node = routing_ranks_per_node(s, st.graph->plan);
+      const std::string key = routing + "|" + std::to_string(s.model.moe->num_experts) + "|" +
+                              std::to_string(s.model.moe->top_k) + "|" + std::to_string(s.spec.parallel.ep) + "|" +
+                              std::to_string(per_node);
+      auto it = st.samplers.find(key);
+      if (it == st.samplers.end()) {
+        if (st.samplers.size() >= kMaxCachedSamplers) st.samplers.clear();  // a routing-heavy sweep: bounded memory
+        it = st.samplers.emplace(key, std::make_unique<RoutingSampler>(s.spec.routing, s.model.moe->num_experts,
+                                                                      s.model.moe->top_k, s.spec.parallel.ep,
+                                                                      s.routing_histogram, per_node))
+                 .first;
+        ++num_samplers_built_;
+      }
+      st.sampler = it->second.get();
     }
     st.routing = routing;
-    st.stats = compute_stats(*st.graph, st.sampler ? &*st.sampler : nullptr);
+    st.stats = compute_stats(*st.graph, st.sampler);
   }
   if (!st.engine) st.engine = std::make_unique<Engine>(*st.graph, *st.cost);
 
   std::vector<StepResult> steps;
   EngineOptions eo;
   eo.distinct_ranks = distinct_ranks_;
-  eo.routing = st.sampler ? &*st.sampler : nullptr;
+  eo.routing = st.sampler;
   eo.rank_speed = rank_speeds(s.spec);  // the scenario's stragglers
   for (int64_t step = 0; step < s.spec.routing.num_sampled_steps; ++step) {
     eo.step = step;

@@ -63,6 +63,8 @@ class ConfigEvaluator {
   // A configuration loaded by the caller (capacity planning); `index` only labels the outcome.
   ConfigOutcome evaluate(int64_t index, const LoadedConfig& loaded);
   int64_t num_graphs_built() const { return num_graphs_built_; }
+  // Routing samplers made: one per routing and EP layout, kept across graphs (a few at most).
+  int64_t num_samplers_built() const { return num_samplers_built_; }
   // The full step report of a configuration that loads (the sweep's `--explain`), simulated as
   // the sweep simulates it; throws InputError with the checker's message for one that does not.
   StepReport explain(int64_t index);
@@ -75,6 +77,7 @@ class ConfigEvaluator {
   bool distinct_ranks_;
   std::unique_ptr<State> state_;
   int64_t num_graphs_built_ = 0;
+  int64_t num_samplers_built_ = 0;
 };
 
 // Whether a configuration whose persistent-state bound is `bound_bytes` can be skipped. The

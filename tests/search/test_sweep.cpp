@@ -4,6 +4,9 @@
 // byte encoding that MPI gathers.
 #include <doctest/doctest.h>
 
+#include <set>
+#include <string>
+
 #include "search/sweep.hpp"
 #include "search/sweep_report.hpp"
 
@@ -121,6 +124,31 @@ TEST_CASE("a reused graph gives the same outcome as a fresh evaluator") {
     CHECK(f.peak_hbm_bytes == o.peak_hbm_bytes);
     CHECK(f.peak_ddr_bytes == o.peak_ddr_bytes);
   }
+}
+
+TEST_CASE("a routing sampler serves every graph of its routing and EP layout: warm and fresh evaluators agree") {
+  // sweep-small: shard x replicate x EP (3) x recompute x routing (2, fastest). A warm evaluator
+  // keeps one sampler per (routing, EP) and reuses it across the graphs of other shards and
+  // recompute policies; each outcome is what a fresh evaluator gives.
+  const SweepSpace& s = small();
+  ConfigEvaluator warm(s, true);
+  int64_t simulated = 0;
+  std::set<std::pair<std::string, std::string>> layouts;  // (EP, routing) of the simulated ones
+  for (int64_t i = 0; i < s.num_configs(); ++i) {
+    const ConfigOutcome o = warm.evaluate(i);
+    if (o.status != ConfigStatus::simulated) continue;
+    ++simulated;
+    const LoadedConfig c = s.load(i);
+    layouts.insert({std::to_string(c.scenario->spec.parallel.ep), std::string(enum_name(c.scenario->spec.routing.distribution))});
+    CAPTURE(i);
+    ConfigEvaluator fresh(s, true);
+    const ConfigOutcome f = fresh.evaluate(i);
+    CHECK(f.step_time_s == o.step_time_s);
+    CHECK(f.peak_hbm_bytes == o.peak_hbm_bytes);
+  }
+  REQUIRE(simulated >= 12);
+  CHECK(warm.num_samplers_built() == static_cast<int64_t>(layouts.size()));  // 3 EP x 2 routings
+  CHECK(warm.num_samplers_built() < simulated);                              // each serves 2 graphs
 }
 
 TEST_CASE("outcomes survive the byte encoding") {

@@ -40,19 +40,24 @@ void SlabAllocator::drop_node(uint32_t id) { spare_.push_back(id); }
 
 void SlabAllocator::mark_free(uint32_t id) {
   Node& n = nodes_[id];
-  n.free_slot = static_cast<uint32_t>(free_.size());
-  free_.push_back(FreeBlock{n.size, n.offset, n.last_release_op, id});
+  n.listed = true;
+  const FreeBlock f{n.size, n.offset, n.last_release_op, id};
+  free_.insert(std::lower_bound(free_.begin(), free_.end(), f, fits_before), f);
 }
 
 void SlabAllocator::unmark_free(uint32_t id) {
-  const uint32_t slot = nodes_[id].free_slot;
-  free_[slot] = free_.back();
-  nodes_[free_[slot].id].free_slot = slot;
-  free_.pop_back();
-  nodes_[id].free_slot = kNone;
+  Node& n = nodes_[id];
+  const FreeBlock key{n.size, n.offset, 0, id};
+  const auto it = std::lower_bound(free_.begin(), free_.end(), key, fits_before);
+  if (it == free_.end() || it->id != id) throw std::logic_error("SlabAllocator: a free piece is not listed");
+  free_.erase(it);
+  n.listed = false;
 }
 
 void SlabAllocator::absorb_next(uint32_t id) {
+  // A listed piece is found by its size: it leaves the list while it grows and comes back.
+  const bool listed = nodes_[id].listed;
+  if (listed) unmark_free(id);
   Node& a = nodes_[id];
   const uint32_t nid = a.next;
   const Node& b = nodes_[nid];
@@ -65,10 +70,7 @@ void SlabAllocator::absorb_next(uint32_t id) {
   if (a.next != kNone) nodes_[a.next].prev = id;
   if (last_ == nid) last_ = id;
   drop_node(nid);
-  if (a.free_slot != kNone) {  // still listed: the fit reads its copy
-    free_[a.free_slot].size = a.size;
-    free_[a.free_slot].last_release_op = a.last_release_op;
-  }
+  if (listed) mark_free(id);
 }
 
 SlabAllocator::Taken SlabAllocator::take_extent(uint32_t start, uint64_t bytes) {
@@ -94,12 +96,12 @@ SlabAllocator::Placement SlabAllocator::place(uint64_t bytes, uint32_t op) {
   // piece released by an op issued later only breaks an extent instead of hiding it.
   uint32_t best = kNone;
   uint64_t best_size = 0, best_offset = 0;
-  for (const FreeBlock& f : free_) {
-    if (f.size < bytes || f.last_release_op >= static_cast<int64_t>(op)) continue;
-    if (best == kNone || f.size < best_size || (f.size == best_size && f.offset < best_offset)) {
-      best = f.id;
-      best_size = f.size;
-      best_offset = f.offset;
+  // free_ is sorted by (size, offset): the first reusable piece from the request's size on.
+  const auto first = std::lower_bound(free_.begin(), free_.end(), FreeBlock{bytes, 0, 0, 0}, fits_before);
+  for (auto it = first; it != free_.end(); ++it) {
+    if (it->last_release_op < static_cast<int64_t>(op)) {
+      best = it->id;
+      break;
     }
   }
   if (best == kNone) {

@@ -9,4 +9,4 @@ shift || true
 tools/install-deps.sh
 export PATH=/usr/local/cuda/bin:$PATH  # meson finds nvcc only on PATH (-Dcuda=auto)
 [ -f "$dir/build.ninja" ] || meson setup "$dir" "$@"
-ninja -C "$dir"
+ninja -C "$dir" main  # the binary and its GPU module; `meson test` builds the tests it runs

@@ -240,6 +240,18 @@ Op attention_op(OpKind kind, Phase phase, int64_t rows, double flops) {
   return op;
 }
 
+// A BF16 norm moving 1e9 bytes (the memory_by_kind tests' tables end there).
+Op norm_op(Phase phase, int64_t width) {
+  Op op;
+  op.kind = OpKind::norm;
+  op.dtype = Dtype::bf16;
+  op.bytes_read = 6e8;
+  op.bytes_written = 4e8;
+  op.phase = phase;
+  op.k = width;
+  return op;
+}
+
 }  // namespace
 
 TEST_CASE("version 2 attention tables: read, checked, and used per kind and phase by query rows") {
@@ -488,13 +500,8 @@ TEST_CASE("version 5 kernels/memory_by_kind: read per kind and pass, checked, an
   const HardwareSpec hw = hardware_with(j);
   const CostModel cost(hw);
   const double launch = hw.device.kernel_launch_overhead.value;
-  Op op;
-  op.kind = OpKind::norm;
-  op.dtype = Dtype::bf16;
-  op.bytes_read = 6e8;
-  op.bytes_written = 4e8;  // 1e9 bytes: the tables' last points
-  op.flops = 1e12;         // a norm's arithmetic: not a roofline term under a measured rate
-  op.phase = Phase::fwd;
+  Op op = norm_op(Phase::fwd, 2048);
+  op.flops = 1e12;  // a norm's arithmetic: not a roofline term under a measured rate
   CHECK(cost.kernel_seconds(op) == doctest::Approx(1e9 / 3e12 + launch).epsilon(1e-12));
   op.phase = Phase::bwd;
   CHECK(cost.kernel_seconds(op) == doctest::Approx(1e9 / 1.5e12 + launch).epsilon(1e-12));
@@ -532,13 +539,7 @@ TEST_CASE("version 6 norm tables by row width: read first for norms of that widt
   const HardwareSpec hw = hardware_with(j);
   const CostModel cost(hw);
   const double launch = hw.device.kernel_launch_overhead.value;
-  Op op;
-  op.kind = OpKind::norm;
-  op.dtype = Dtype::bf16;
-  op.bytes_read = 5e8;
-  op.bytes_written = 5e8;
-  op.phase = Phase::fwd;
-  op.k = 128;  // QK-norm: rows of one head
+  Op op = norm_op(Phase::fwd, 128);  // QK-norm: rows of one head
   CHECK(cost.kernel_seconds(op) == doctest::Approx(1e9 / 0.5e12 + launch).epsilon(1e-12));
   op.phase = Phase::recompute;
   CHECK(cost.kernel_seconds(op) == doctest::Approx(1e9 / 0.5e12 + launch).epsilon(1e-12));

@@ -138,31 +138,43 @@ struct Reader {
     return CalibrationTable(std::move(out));
   }
 
+  // The op kind `name` (at `path`), which must be one `accepted` names (`what` in the error, with
+  // those kinds listed).
+  OpKind accepted_kind(const std::string& name, const std::string& path, const char* what, bool (*accepted)(OpKind)) const {
+    const auto kind = enum_from_name<OpKind>(name);
+    if (!kind || !accepted(*kind)) {
+      std::string known;
+      for (const auto& [n, k] : EnumNames<OpKind>::names) {
+        if (accepted(k)) known += (known.empty() ? "" : ", ") + std::string(n);
+      }
+      fail(path, std::string("unknown ") + what + " op kind (known: " + known + ")");
+    }
+    return *kind;
+  }
+
+  // {"forward": table, "backward": table} at `path`: (backward?, table) per phase present.
+  std::vector<std::pair<bool, CalibrationTable>> pass_tables(const json& phases, const std::string& path,
+                                                             const std::string& measure, const std::string& value) const {
+    object(phases, path);
+    only_keys(phases, path, {"forward", "backward"});
+    std::vector<std::pair<bool, CalibrationTable>> out;
+    for (const auto& [phase, t] : phases.items()) {
+      out.emplace_back(phase == "backward", table(t, pointer_append(path, phase), measure, value));
+    }
+    return out;
+  }
+
   // {"KIND": {"forward": table, "backward": table}} into `out` by (kind, backward?): tables of the
-  // op kinds `accepted` names (`what` in the error, with those kinds listed), by `measure`, in the
-  // unit value_of(kind) names.
+  // op kinds `accepted` names, by `measure`, in the unit value_of(kind) names.
   template <class ValueOf>
-  // `as_written`: the key of j's one entry in the file, when it differs from the kind's name.
   void kind_pass_tables(const json& j, const std::string& path, const char* what, bool (*accepted)(OpKind),
                         const std::string& measure, ValueOf value_of,
-                        std::map<std::pair<OpKind, bool>, CalibrationTable>& out,
-                        const std::string& as_written = "") const {
+                        std::map<std::pair<OpKind, bool>, CalibrationTable>& out) const {
     object(j, path);
     for (const auto& [name, phases] : j.items()) {
-      const std::string kind_path = pointer_append(path, as_written.empty() ? name : as_written);
-      const auto kind = enum_from_name<OpKind>(name);
-      if (!kind || !accepted(*kind)) {
-        std::string known;
-        for (const auto& [n, k] : EnumNames<OpKind>::names) {
-          if (accepted(k)) known += (known.empty() ? "" : ", ") + std::string(n);
-        }
-        fail(kind_path, std::string("unknown ") + what + " op kind (known: " + known + ")");
-      }
-      object(phases, kind_path);
-      only_keys(phases, kind_path, {"forward", "backward"});
-      for (const auto& [phase, t] : phases.items()) {
-        out[{*kind, phase == "backward"}] = table(t, pointer_append(kind_path, phase), measure, value_of(*kind));
-      }
+      const std::string kind_path = pointer_append(path, name);
+      const OpKind kind = accepted_kind(name, kind_path, what, accepted);
+      for (auto& [backward, t] : pass_tables(phases, kind_path, measure, value_of(kind))) out[{kind, backward}] = std::move(t);
     }
   }
 };
@@ -217,30 +229,25 @@ Calibration load_calibration(const InputText& input, const json& root) {
       }
     }
     if (k.contains("memory_by_kind")) {
-      // {"KIND" or "KIND:WIDTH": {"forward": table, "backward": table}}: bytes/s by bytes moved.
-      std::map<std::pair<OpKind, bool>, CalibrationTable> tables;
-      const json& mk = r.object(k["memory_by_kind"], "/kernels/memory_by_kind");
-      for (const auto& [key, phases] : mk.items()) {
+      // {"KIND" or "norm:WIDTH": {"forward": table, "backward": table}}: bytes/s by bytes moved.
+      const std::string top = "/kernels/memory_by_kind";
+      for (const auto& [key, phases] : r.object(k["memory_by_kind"], top).items()) {
+        const std::string path = pointer_append(top, key);
         const size_t colon = key.find(':');
-        int64_t width = 0;
+        int64_t width = 0;  // the kind's table of every width
         if (colon != std::string::npos) {
-          const std::string path = pointer_append("/kernels/memory_by_kind", key);
           const std::string digits = key.substr(colon + 1);
           if (version < 6) r.fail(path, "a table of one row width (KIND:WIDTH) needs format version 6");
-          if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos ||
-              std::stoll(digits) == 0) {
-            r.fail(path, "the row width after ':' must be a whole number from 1 to 999999999");
+          if (!digits.empty() && digits.size() <= 9 && digits.find_first_not_of("0123456789") == std::string::npos) {
+            width = std::stoll(digits);
           }
+          if (width == 0) r.fail(path, "the row width after ':' must be a whole number from 1 to 999999999");
           if (key.substr(0, colon) != "norm") r.fail(path, "only norm tables have a row width (norm:WIDTH)");
-          width = std::stoll(digits);
         }
-        // Each key's tables are read alone, so that errors name the key as written.
-        json one = json::object();
-        one[key.substr(0, colon)] = phases;
-        tables.clear();
-        r.kind_pass_tables(one, "/kernels/memory_by_kind", "memory-bound", is_memory_bound_kind, "bytes",
-                           [](OpKind) { return "bytes_per_s"; }, tables, key);
-        for (auto& [kind_pass, t] : tables) c.memory_by_kind[{kind_pass.first, width, kind_pass.second}] = std::move(t);
+        const OpKind kind = r.accepted_kind(key.substr(0, colon), path, "memory-bound", is_memory_bound_kind);
+        for (auto& [backward, t] : r.pass_tables(phases, path, "bytes", "bytes_per_s")) {
+          c.memory_by_kind[{kind, width, backward}] = std::move(t);
+        }
       }
     }
   }

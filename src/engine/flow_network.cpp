@@ -26,7 +26,6 @@ void FlowNetwork::build(const SlotMap& slots) {
 void FlowNetwork::clear() {
   flows_.clear();
   free_flows_.clear();
-  pending_ = false;
   last_version_ = 0;
   sharing_.reset(static_cast<size_t>(num_slots_) * kPortsPerSlot + static_cast<size_t>(tiers_->num_resources()));
 }
@@ -123,13 +122,11 @@ void FlowNetwork::start(uint32_t id, Picoseconds t) {
   f.updated = t;
   f.fresh = true;  // no finish time yet, whatever its rate
   sharing_.add(id, f.ports, f.weights);
-  pending_ = true;
 }
 
 void FlowNetwork::end(uint32_t id) {
   flows_[id].active = false;
   sharing_.remove(id);
-  pending_ = true;
 }
 
 const std::vector<uint32_t>& FlowNetwork::reshare(Picoseconds t) {
@@ -150,7 +147,6 @@ const std::vector<uint32_t>& FlowNetwork::reshare(Picoseconds t) {
     f.version = ++last_version_;  // unique across flows and their reuse: stale events never match
     changed_.push_back(component[i]);
   }
-  pending_ = false;
   return changed_;
 }
 

@@ -64,7 +64,7 @@ class FlowNetwork {
   void start(uint32_t id, Picoseconds t);
   void end(uint32_t id);
   // Whether flows started or ended since the last reshare.
-  bool pending() const { return pending_; }
+  bool pending() const { return sharing_.pending(); }
   // New rates after the starts and ends since the last call, all at `t`: the flows whose rate
   // changed (every flow started since and still active among them), each with a new version; the
   // others' finish times stay valid. Valid until the next call.
@@ -112,7 +112,6 @@ class FlowNetwork {
   MaxMinSharing sharing_;           // rates of the active flows over ports and switch instances
   std::vector<double> old_rate_;    // scratch of reshare
   std::vector<uint32_t> changed_;   // reshare's answer
-  bool pending_ = false;
 };
 
 }  // namespace moesim

@@ -45,6 +45,8 @@ class MaxMinSharing {
   // share() fixes their new rates. Empty when nothing was added or removed.
   const std::vector<uint32_t>& affected();
   void share();
+  // Whether flows were added or removed since their component was last collected.
+  bool pending() const { return pending_; }
 
   double rate(uint32_t id) const { return flows_[id].rate; }
 

@@ -160,13 +160,12 @@ TraceFit fit_calibration_from_traces(const std::vector<TraceFitSource>& sources,
         // The same point in its kind's table and, for a norm, its row width's, which the cost
         // model reads first (calibration.hpp); the table of all kinds stays for kinds the trace
         // did not run, the kind's for widths it did not run.
-        const std::string kind(enum_name(op.kind));
-        const int64_t width = memory_table_width(op);
+        std::vector<std::string> tables{std::string(enum_name(op.kind))};
+        if (const int64_t width = memory_table_width(op); width > 0) tables.push_back(tables[0] + ":" + std::to_string(width));
         for (const unsigned pass : {1u, 2u}) {
           if (!is_memory_bound_kind(op.kind) || !(passes.at(name) & pass)) continue;
           const std::string phase = pass == 2u ? "backward" : "forward";
-          for (const std::string& table : {kind, width > 0 ? kind + ":" + std::to_string(width) : std::string()}) {
-            if (table.empty()) continue;
+          for (const std::string& table : tables) {
             memory_by_kind.try_emplace({table, phase}, Table{"bytes", "bytes_per_s", false, {}}).first->second.samples.push_back(s);
           }
         }

@@ -88,12 +88,14 @@ struct Engine::Impl {
   std::vector<Picoseconds> slot_end;
   std::vector<RankMemoryLedger> memory;
   EventQueue events;
-  std::vector<std::vector<int32_t>> remaining;  // per slot, per op: predecessors not done
-  std::vector<std::vector<Picoseconds>> started;
+  // Per slot, per op: its predecessors not yet done while it waits, then kOpRunning, then kOpDone
+  // (step_analysis.hpp); its start time is not kept, the analyses derive it (start_of).
+  std::vector<std::vector<int32_t>> remaining;
+  // Per slot, per queue: when the op running on it started (a queue runs one op at a time).
+  std::vector<std::array<Picoseconds, kNumQueues>> queue_start;
   // Traced runs only: an expert all-to-all's bytes as the routing draw sized it, per (slot, op).
   std::unordered_map<uint64_t, double> routed_bytes;
-  std::vector<std::vector<Picoseconds>> ended;
-  std::vector<std::vector<OpState>> state;  // per slot, per op
+  std::vector<std::vector<Picoseconds>> ended;  // per slot, per op
   std::vector<int32_t> comm_in_flight;
   std::vector<std::array<Picoseconds, kNumOpKinds>> busy;
   Rendezvous rendezvous;
@@ -178,8 +180,8 @@ struct Engine::Impl {
   void start_op(int32_t slot, uint32_t op_index, Picoseconds t) {
     const Program& p = program_of(slot);
     const Op& op = p.ops[op_index];
-    started[static_cast<size_t>(slot)][op_index] = t;
-    state[static_cast<size_t>(slot)][op_index] = OpState::running;
+    queue_start[static_cast<size_t>(slot)][static_cast<size_t>(queue_of(op))] = t;
+    remaining[static_cast<size_t>(slot)][op_index] = kOpRunning;
     apply_effects(slot, op, true, t, op_index);
     if (op.kind == OpKind::swap_out || op.kind == OpKind::swap_in) {
       start_copy(slot, op_index, op, t);
@@ -300,16 +302,16 @@ struct Engine::Impl {
     const Program& p = program_of(slot);
     const Op& op = p.ops[op_index];
     apply_effects(slot, op, false, t, op_index);
-    const Picoseconds start = started[static_cast<size_t>(slot)][op_index];
+    const Picoseconds start = queue_start[static_cast<size_t>(slot)][static_cast<size_t>(queue_of(op))];
     ended[static_cast<size_t>(slot)][op_index] = t;
-    state[static_cast<size_t>(slot)][op_index] = OpState::done;
+    auto& rem = remaining[static_cast<size_t>(slot)];
+    rem[op_index] = kOpDone;
     busy[static_cast<size_t>(slot)][static_cast<size_t>(op.kind)] += t - start;
     if (is_communication(op.kind)) --comm_in_flight[static_cast<size_t>(slot)];
     if (opt.record_timeline) {
       result.timeline.records.push_back(ExecRecord{slots.rank_of(slot), static_cast<int32_t>(p.stage), op_index,
                                                    op.stream, start, t, routed_amount(slot, op_index, op)});
     }
-    auto& rem = remaining[static_cast<size_t>(slot)];
     const ProgramIndex& ix = index[static_cast<size_t>(p.stage)];
     for (uint32_t k = ix.succ_begin[op_index]; k < ix.succ_begin[op_index + 1]; ++k) {
       const uint32_t s = ix.succ[k];
@@ -382,9 +384,8 @@ struct Engine::Impl {
     // Per-slot arrays keep their capacity from run to run (sampled steps of one graph): resized
     // here, refilled below.
     remaining.resize(n);
-    started.resize(n);
+    queue_start.assign(n, {});
     ended.resize(n);
-    state.resize(n);
     comm_in_flight.assign(n, 0);
     memory.resize(n);
     busy.assign(n, {});
@@ -395,9 +396,7 @@ struct Engine::Impl {
       const Program& p = program_of(s);
       memory[static_cast<size_t>(s)].reset(p.persistent.total(), p.persistent.host_total());
       remaining[static_cast<size_t>(s)] = index[static_cast<size_t>(p.stage)].num_preds;
-      started[static_cast<size_t>(s)].assign(p.ops.size(), 0);
       ended[static_cast<size_t>(s)].assign(p.ops.size(), 0);
-      state[static_cast<size_t>(s)].assign(p.ops.size(), OpState::waiting);
     }
   }
 
@@ -465,9 +464,8 @@ struct Engine::Impl {
       r.program.push_back(&program_of(s));
       r.index.push_back(&index[static_cast<size_t>(program_of(s).stage)]);
     }
-    r.started = &started;
     r.ended = &ended;
-    r.state = &state;
+    r.remaining = &remaining;
     r.slot_end = &slot_end;
     for (int32_t s = 0; s < slots.num_slots(); ++s) r.issue_at.push_back(&issue_at[program_index(s)]);
     r.group_slots = [this](int32_t slot, GroupKind kind) {

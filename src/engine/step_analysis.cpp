@@ -10,7 +10,6 @@
 namespace moesim {
 namespace {
 
-const std::vector<Picoseconds>& starts(const RunRecord& run, int32_t slot) { return (*run.started)[static_cast<size_t>(slot)]; }
 const std::vector<Picoseconds>& ends(const RunRecord& run, int32_t slot) { return (*run.ended)[static_cast<size_t>(slot)]; }
 
 std::string queue_name(int q) {
@@ -28,9 +27,9 @@ std::string queue_name(int q) {
 // Why op `i` of `slot`, the first unfinished op of its queue, has not finished.
 std::string blocked_on(const RunRecord& run, int32_t slot, uint32_t i) {
   const Program& p = *run.program[static_cast<size_t>(slot)];
-  const auto& state = (*run.state)[static_cast<size_t>(slot)];
+  const auto& state = (*run.remaining)[static_cast<size_t>(slot)];
   const Op& op = p.ops[i];
-  if (state[i] == OpState::running) {
+  if (state[i] == kOpRunning) {
     if (is_p2p(op.kind)) {
       const int64_t rank = run.slot_rank[static_cast<size_t>(slot)];
       const int64_t peer = run.plan->member(rank, op.group, run.plan->group_rank(rank, op.group) + op.peer_offset);
@@ -45,7 +44,7 @@ std::string blocked_on(const RunRecord& run, int32_t slot, uint32_t i) {
   }
   std::vector<std::string> pending;
   auto add = [&](int64_t d) {
-    if (d >= 0 && state[static_cast<size_t>(d)] != OpState::done) pending.push_back("'" + p.name_of(p.ops[static_cast<size_t>(d)]) + "'");
+    if (d >= 0 && state[static_cast<size_t>(d)] != kOpDone) pending.push_back("'" + p.name_of(p.ops[static_cast<size_t>(d)]) + "'");
   };
   add(run.index[static_cast<size_t>(slot)]->queue_pred[i]);
   for (uint32_t d : p.deps_of(op)) add(d);
@@ -56,13 +55,22 @@ std::string blocked_on(const RunRecord& run, int32_t slot, uint32_t i) {
 
 }  // namespace
 
+Picoseconds start_of(const RunRecord& run, int32_t slot, uint32_t i) {
+  const Program& p = *run.program[static_cast<size_t>(slot)];
+  const auto& en = ends(run, slot);
+  Picoseconds start = (*run.issue_at[static_cast<size_t>(slot)])[i];
+  const int32_t before = run.index[static_cast<size_t>(slot)]->queue_pred[i];
+  if (before >= 0) start = std::max(start, en[static_cast<size_t>(before)]);
+  for (uint32_t d : p.deps_of(p.ops[i])) start = std::max(start, en[d]);
+  return start;
+}
+
 TimeByName time_by_op(const RunRecord& run, int32_t slot, size_t keep) {
   const Program& p = *run.program[static_cast<size_t>(slot)];
   const ProgramIndex& ix = *run.index[static_cast<size_t>(slot)];
-  const auto& st = starts(run, slot);
   const auto& en = ends(run, slot);
   std::vector<Picoseconds> by_name(ix.folded_names.size(), 0);
-  for (uint32_t i = 0; i < p.ops.size(); ++i) by_name[static_cast<size_t>(ix.folded[i])] += en[i] - st[i];
+  for (uint32_t i = 0; i < p.ops.size(); ++i) by_name[static_cast<size_t>(ix.folded[i])] += en[i] - start_of(run, slot, i);
   return ranked(ix, by_name, keep);
 }
 
@@ -78,14 +86,19 @@ std::pair<TimeByName, int64_t> critical_path(const RunRecord& run, int32_t slot,
   while (op >= 0) {
     const auto i = static_cast<uint32_t>(op);
     const Op& o = p->ops[i];
-    by_name[static_cast<size_t>(ix.folded[i])] += ends(run, slot)[i] - starts(run, slot)[i];
+    by_name[static_cast<size_t>(ix.folded[i])] += ends(run, slot)[i] - start_of(run, slot, i);
     ++length;
     if (is_collective(o.kind)) {
       // The member that arrived last held the collective back.
       const int32_t here = slot;
+      Picoseconds latest = start_of(run, slot, i);
       for (int32_t member : run.group_slots(here, o.group)) {
         if (run.program[static_cast<size_t>(member)] != run.program[static_cast<size_t>(here)]) continue;
-        if (starts(run, member)[i] > starts(run, slot)[i]) slot = member;
+        const Picoseconds arrived = start_of(run, member, i);
+        if (arrived > latest) {
+          slot = member;
+          latest = arrived;
+        }
       }
     }
     const auto& en = ends(run, slot);
@@ -100,7 +113,6 @@ std::pair<TimeByName, int64_t> critical_path(const RunRecord& run, int32_t slot,
 
 std::pair<Picoseconds, TimeByName> exposed_time(const RunRecord& run, int32_t slot) {
   const Program& p = *run.program[static_cast<size_t>(slot)];
-  const auto& st = starts(run, slot);
   const auto& en = ends(run, slot);
   std::map<std::string, Picoseconds> by_cause;
   Picoseconds computing = 0;
@@ -116,7 +128,8 @@ std::pair<Picoseconds, TimeByName> exposed_time(const RunRecord& run, int32_t sl
   for (uint32_t i = 0; i < p.ops.size(); ++i) {
     const Op& op = p.ops[i];
     if (queue_of(op) != kComputeQueue) continue;
-    if (st[i] > cursor) {
+    const Picoseconds started = start_of(run, slot, i);
+    if (started > cursor) {
       int64_t blocker = -1;
       for (uint32_t d : p.deps_of(op)) {
         if (blocker < 0 || en[d] > en[static_cast<size_t>(blocker)]) blocker = d;
@@ -124,15 +137,15 @@ std::pair<Picoseconds, TimeByName> exposed_time(const RunRecord& run, int32_t sl
       // An op the host issued after its dependencies were done started at its issue.
       const Picoseconds issued = (*run.issue_at[static_cast<size_t>(slot)])[i];
       const Picoseconds done = std::max(cursor, blocker < 0 ? cursor : en[static_cast<size_t>(blocker)]);
-      const Picoseconds host_wait = st[i] == issued && issued > done ? issued - done : 0;
-      const Picoseconds waited = st[i] - cursor - host_wait;
+      const Picoseconds host_wait = started == issued && issued > done ? issued - done : 0;
+      const Picoseconds waited = started - cursor - host_wait;
       if (waited > 0) by_cause[blocker < 0 ? "other" : cause_of(p.ops[static_cast<size_t>(blocker)])] += waited;
       if (host_wait > 0) by_cause["host"] += host_wait;
     }
     if (is_communication(op.kind)) {
-      by_cause[cause_of(op)] += en[i] - st[i];
+      by_cause[cause_of(op)] += en[i] - started;
     } else {
-      computing += en[i] - st[i];
+      computing += en[i] - started;
     }
     cursor = std::max(cursor, en[i]);
   }
@@ -153,8 +166,8 @@ std::string deadlock_report(const RunRecord& run) {
   const auto num_slots = static_cast<int32_t>(run.program.size());
   for (int32_t slot = 0; slot < num_slots; ++slot) {
     const Program& p = *run.program[static_cast<size_t>(slot)];
-    const auto& state = (*run.state)[static_cast<size_t>(slot)];
-    const auto done = static_cast<size_t>(std::count(state.begin(), state.end(), OpState::done));
+    const auto& state = (*run.remaining)[static_cast<size_t>(slot)];
+    const auto done = static_cast<size_t>(std::count(state.begin(), state.end(), kOpDone));
     if (done == p.ops.size()) continue;
     if (++stuck > 4) continue;  // the first few ranks say enough; the count says the rest
     report += "\n  rank " + std::to_string(run.slot_rank[static_cast<size_t>(slot)]) + " (stage " +
@@ -162,7 +175,7 @@ std::string deadlock_report(const RunRecord& run) {
     std::array<bool, kNumQueues> shown{};
     for (uint32_t i = 0; i < p.ops.size(); ++i) {
       const int q = queue_of(p.ops[i]);
-      if (shown[static_cast<size_t>(q)] || state[i] == OpState::done) continue;
+      if (shown[static_cast<size_t>(q)] || state[i] == kOpDone) continue;
       shown[static_cast<size_t>(q)] = true;
       report += "\n    queue " + queue_name(q) + ": '" + p.name_of(p.ops[i]) + "' " + blocked_on(run, slot, i);
     }

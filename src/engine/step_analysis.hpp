@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Analyses of a finished simulation, reading only when each op of each simulated rank started
-// and ended: where the slowest rank's time went by op name, the critical path, what held its
+// Analyses of a finished simulation, reading only when each op of each simulated rank ended (its
+// start follows from its predecessors' ends, start_of): where the slowest rank's time went by op name, the critical path, what held its
 // compute stream when it was not computing (exposed time by cause), and - when a step did not
 // finish - a deadlock report naming where each stuck rank waits.
 #pragma once
@@ -17,7 +17,10 @@
 
 namespace moesim {
 
-enum class OpState : uint8_t { waiting, running, done };
+// An op's entry in the engine's per-slot `remaining`: while it waits, how many of its
+// predecessors (queue predecessor and explicit dependencies) are not done; then these.
+inline constexpr int32_t kOpRunning = -1;
+inline constexpr int32_t kOpDone = -2;
 
 // A run as the analyses read it; every vector is per simulated slot (a rank, or one representative
 // per class of interchangeable ranks), the engine's own state borrowed.
@@ -26,9 +29,8 @@ struct RunRecord {
   std::vector<int32_t> slot_rank;              // the rank each slot simulates
   std::vector<const Program*> program;
   std::vector<const ProgramIndex*> index;
-  const std::vector<std::vector<Picoseconds>>* started = nullptr;  // per slot, per op
-  const std::vector<std::vector<Picoseconds>>* ended = nullptr;
-  const std::vector<std::vector<OpState>>* state = nullptr;
+  const std::vector<std::vector<Picoseconds>>* ended = nullptr;     // per slot, per op
+  const std::vector<std::vector<int32_t>>* remaining = nullptr;     // per slot, per op (kOpDone, ...)
   const std::vector<Picoseconds>* slot_end = nullptr;  // when each slot's last op ended
   // When the host issued each op (per slot, per op; all 0 when the host costs nothing): the
   // engine's host_issue_times, from StepGraph::host_op_issue_s and host_kernel_issue_s.
@@ -38,6 +40,11 @@ struct RunRecord {
 };
 
 using TimeByName = std::vector<std::pair<std::string, Picoseconds>>;
+
+// When op `i` of `slot` started, in a run where it ran: the engine starts an op at the latest of
+// its queue predecessor's end, its explicit dependencies' ends and its issue by the host (0 for
+// an op without predecessors), so this is exact; a collective's start is its arrival.
+Picoseconds start_of(const RunRecord& run, int32_t slot, uint32_t i);
 
 // Time of `slot`'s ops by folded name, the largest `keep` first.
 TimeByName time_by_op(const RunRecord& run, int32_t slot, size_t keep);

@@ -10,6 +10,7 @@
 
 #include "../graph/graph_test_util.hpp"
 #include "engine/engine.hpp"
+#include "engine/step_analysis.hpp"
 #include "memory/buffer_plan.hpp"
 #include "graph/graph_stats.hpp"
 
@@ -248,6 +249,73 @@ TEST_CASE("the compute stream's time splits exactly into computing and what it w
     if (p.pp > 1) CHECK(exposed["pipeline_bubble"] > 0);
     if (!p.overlap) CHECK(exposed["all_to_all"] > 0);
     CHECK(!exposed.contains("other"));
+  }
+}
+
+TEST_CASE("an op's start follows from its predecessors' ends: start_of gives every recorded start") {
+  // The engine keeps only end times; the analyses derive starts (step_analysis.hpp). Checked on
+  // whole steps with collectives, all-to-alls on their own queues, pipeline sends and receives,
+  // and a host that issues ops late (issue i at i x op_issue).
+  Plan moe;
+  moe.ep = 8;
+  moe.global_batch = 16;
+  moe.seq = 2048;
+  Plan pipeline;
+  pipeline.model = "llama-3.1-405b";
+  pipeline.devices = 16;
+  pipeline.tp = 4;
+  pipeline.pp = 2;
+  pipeline.shard = 2;
+  pipeline.global_batch = 8;
+  pipeline.seq = 2048;
+  for (const double op_issue_s : {0.0, 500e-6}) {
+    for (const Plan& plan : {moe, pipeline}) {
+      CAPTURE(op_issue_s);
+      CAPTURE(plan.model);
+      const Scenario s = test::scenario(plan);
+      StepGraph g = build_step_graph(s);
+      g.host_op_issue_s = op_issue_s;
+      const CostModel cost(s.hardware);
+      Engine engine(g, cost);
+      EngineOptions o;
+      o.record_timeline = true;
+      const StepResult r = engine.run(o);
+      const auto ranks = static_cast<size_t>(g.plan.num_ranks());
+      std::vector<ProgramIndex> index;
+      for (const Program& p : g.programs) index.emplace_back(p);
+      std::vector<std::vector<Picoseconds>> ended(ranks), issue_at(ranks);
+      std::vector<std::vector<int32_t>> remaining(ranks);
+      RunRecord run;
+      run.plan = &g.plan;
+      for (size_t rank = 0; rank < ranks; ++rank) {
+        const auto program = static_cast<size_t>(g.plan.program_of(static_cast<int64_t>(rank)));
+        const Program& p = g.programs[program];
+        run.slot_rank.push_back(static_cast<int32_t>(rank));
+        run.program.push_back(&p);
+        run.index.push_back(&index[program]);
+        ended[rank].assign(p.ops.size(), -1);
+        remaining[rank].assign(p.ops.size(), kOpDone);
+        for (size_t i = 0; i < p.ops.size(); ++i) issue_at[rank].push_back(static_cast<Picoseconds>(i) * std::llround(op_issue_s * 1e12));
+      }
+      for (const ExecRecord& e : r.timeline.records) ended[static_cast<size_t>(e.rank)][e.op] = e.end;
+      for (size_t rank = 0; rank < ranks; ++rank) run.issue_at.push_back(&issue_at[rank]);
+      run.ended = &ended;
+      run.remaining = &remaining;
+      REQUIRE(r.timeline.records.size() > 0);
+      int64_t checked = 0, host_bound = 0;
+      for (const ExecRecord& e : r.timeline.records) {
+        const Picoseconds derived = start_of(run, e.rank, e.op);
+        if (derived != e.start) {
+          CAPTURE(e.rank);
+          CAPTURE(e.op);
+          CHECK(derived == e.start);
+        }
+        ++checked;
+        if (op_issue_s > 0 && e.start == issue_at[static_cast<size_t>(e.rank)][e.op] && e.start > 0) ++host_bound;
+      }
+      CHECK(checked == static_cast<int64_t>(r.timeline.records.size()));
+      if (op_issue_s > 0) CHECK(host_bound > 0);  // the host-issue term of start_of is exercised
+    }
   }
 }
 

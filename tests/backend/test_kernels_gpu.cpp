@@ -196,10 +196,16 @@ TEST_CASE("grouped GEMM: uneven rows per expert, an expert with none") {
 TEST_CASE("RMSNorm forward and backward") {
   // 1000: the vectorised path (a multiple of 8, not of the block); 1001: the scalar one, odd columns;
   // 64, 128 and 200: short rows, 8, 16 and 32 lanes a row (128: QK-norm's head_dim; 200: lanes
-  // without work). 53 rows: the last block of short rows is partly empty.
-  for (const int64_t cols : {int64_t{1000}, int64_t{1001}, int64_t{64}, int64_t{128}, int64_t{200}}) {
+  // without work). 53 rows: the last block of short rows is partly empty, and dw is one range of
+  // rows. 128 x 20,011 rows (QK-norm's (token, head) rows) and 1000 x 1,301: dw summed over ranges
+  // of rows (156 and 10), the last one shorter.
+  for (const auto& [cols, rows] : {std::pair<int64_t, int64_t>{1000, 53}, {1001, 53}, {64, 53}, {128, 53}, {200, 53},
+                                   {128, 20011}, {1000, 1301}}) {
   CAPTURE(cols);
-  const int64_t rows = 53;
+  CAPTURE(rows);
+  const int64_t ranges_scratch = rmsnorm_backward_scratch_floats(rows, cols);
+  if (rows > 1000) CHECK(ranges_scratch >= 10 * cols);  // the ranged reduction runs
+  if (rows == 53) CHECK(ranges_scratch == 0);
   const double eps = 1e-6;
   const auto x = random_bf16(static_cast<size_t>(rows * cols), -2, 2);
   const auto w = random_bf16(static_cast<size_t>(cols), 0.5, 1.5);
@@ -212,7 +218,9 @@ TEST_CASE("RMSNorm forward and backward") {
   rmsnorm_forward(dx_in.data(), dwt.data(), y.data(), rstd.data(), rows, cols, static_cast<float>(eps), nullptr);
   auto dx = poisoned<bf16_bits>(x.size());
   auto dw = poisoned<float>(static_cast<size_t>(cols));
-  rmsnorm_backward(dx_in.data(), dwt.data(), rstd.data(), ddy.data(), dx.data(), dw.data(), rows, cols, nullptr);
+  auto scratch = poisoned<float>(static_cast<size_t>(std::max<int64_t>(1, ranges_scratch)));
+  rmsnorm_backward(dx_in.data(), dwt.data(), rstd.data(), ddy.data(), dx.data(), dw.data(), rows, cols,
+                   ranges_scratch > 0 ? scratch.data() : nullptr, nullptr);
   device_sync();
   const auto fwd = ref::rmsnorm_forward(x, w, rows, cols, eps);
   const auto bwd = ref::rmsnorm_backward(x, w, dy, rows, cols, eps);

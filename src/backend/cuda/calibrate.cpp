@@ -239,6 +239,7 @@ json bench_memory(Context& cx, Pool& pool, Pool& out_pool) {
   fill_uniform(w.data(), cols, 21, 0.5f, 1.5f, cx.stream);
   DeviceBuffer<float> rstd(static_cast<size_t>(rows));
   DeviceBuffer<float> dw(static_cast<size_t>(cols));
+  DeviceBuffer<float> dw_scratch(static_cast<size_t>(std::max<int64_t>(1, rmsnorm_backward_scratch_floats(rows, cols))));
   struct Case {
     std::string name;
     double bytes;
@@ -253,7 +254,7 @@ json bench_memory(Context& cx, Pool& pool, Pool& out_pool) {
       {"rmsnorm bwd [4096 x 7168]", 3.0 * 2 * static_cast<double>(nx),
        [&](int i) {
          rmsnorm_backward(pool.slice(2 * nx, i), w.data(), rstd.data(), pool.slice(2 * nx, i) + nx, out_pool.slice(nx, i),
-                          dw.data(), rows, cols, cx.stream);
+                          dw.data(), rows, cols, dw_scratch.data(), cx.stream);
        }},
       {"swiglu fwd [16384 x 2x3072]", 3.0 * 2 * static_cast<double>(f_rows * kExpertWidth),
        [&](int i) {

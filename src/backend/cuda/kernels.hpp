@@ -21,8 +21,11 @@ void idle_gpu(double seconds, cudaStream_t stream);
 void rmsnorm_forward(const bf16_bits* x, const bf16_bits* w, bf16_bits* y, float* rstd, int64_t rows, int64_t cols, float eps,
                      cudaStream_t stream);
 // dx = rstd * (g - xhat * mean(g * xhat)) with g = dy * w and xhat = x * rstd; dw = sum_rows dy * xhat (FP32).
+// dw is summed over row ranges into `scratch` (rmsnorm_backward_scratch_floats of them; null when
+// that is 0), then over the ranges, in a fixed order: deterministic.
 void rmsnorm_backward(const bf16_bits* x, const bf16_bits* w, const float* rstd, const bf16_bits* dy, bf16_bits* dx, float* dw,
-                      int64_t rows, int64_t cols, cudaStream_t stream);
+                      int64_t rows, int64_t cols, float* scratch, cudaStream_t stream);
+int64_t rmsnorm_backward_scratch_floats(int64_t rows, int64_t cols);
 
 // SwiGLU on the fused gate|up projection h [rows, 2f]: y = silu(gate) * up, y [rows, f].
 void swiglu_forward(const bf16_bits* h, bf16_bits* y, int64_t rows, int64_t f, cudaStream_t stream);

@@ -3,8 +3,11 @@
 // vector accesses (8 BF16) when the row length and pointers allow; rows of at most 256 vectorised
 // elements (QK-norm's per-head rows of 128) take L = 8, 16 or 32 lanes of a warp each instead, as a
 // block per row would leave most of its threads idle and pay a block's start-up per row (a 256-thread
-// block per row of 128: 2.1 ms for 262,144 rows on an H200, 2026-12-01). dw: a column reduction over all
-// rows in a fixed order (deterministic), 2 columns per thread so that a warp reads 128 bytes a row.
+// block per row of 128: 2.1 ms for 262,144 rows on an H200, 2026-12-01). dw: a column reduction, 2
+// columns per thread so that a warp reads 128 bytes a row, over ranges of rows in parallel (one
+// block per 64 columns alone left a 128-wide QK-norm's 524,288 rows to 2 blocks: 8.5 ms, 2026-12-03),
+// the ranges' partial sums then added in a fixed order (deterministic).
+#include <stdexcept>
 #include <type_traits>
 
 #include "backend/cuda/check.hpp"
@@ -171,18 +174,21 @@ void launch_rows(int lanes, int64_t rows, Launch&& launch) {
   }
 }
 
-// dw[c] = sum over rows of dy * x * rstd. Block (32, 32): each thread sums columns (c, c + 1) over
-// the rows y, y + 32, ...; the 32 partial sums of a column are added in a fixed order.
+// dw over rows [begin, end) of one range: out[c] = sum of dy * x * rstd. Block (32, 32), blockIdx.y
+// the range: each thread sums columns (c, c + 1) over the rows begin + y, begin + y + 32, ...; the
+// 32 partial sums of a column are added in a fixed order.
 constexpr int kDwRows = 32;
 __global__ void rmsnorm_backward_dw_kernel(const bf16_bits* __restrict__ x, const float* __restrict__ rstd,
-                                           const bf16_bits* __restrict__ dy, float* __restrict__ dw, int64_t rows,
-                                           int64_t cols) {
+                                           const bf16_bits* __restrict__ dy, float* __restrict__ out, int64_t rows,
+                                           int64_t cols, int64_t rows_per_range) {
   __shared__ float partial[kDwRows][65];
   const int64_t c = (blockIdx.x * 32 + threadIdx.x) * 2;
+  const int64_t begin = blockIdx.y * rows_per_range;
+  const int64_t end = begin + rows_per_range < rows ? begin + rows_per_range : rows;
   float a0 = 0, a1 = 0;
   if (c < cols) {
     const bool pair = c + 1 < cols;
-    for (int64_t r = threadIdx.y; r < rows; r += kDwRows) {
+    for (int64_t r = begin + threadIdx.y; r < end; r += kDwRows) {
       const float s = rstd[r];
       a0 += to_f(dy[r * cols + c]) * to_f(x[r * cols + c]) * s;
       if (pair) a1 += to_f(dy[r * cols + c + 1]) * to_f(x[r * cols + c + 1]) * s;
@@ -192,12 +198,32 @@ __global__ void rmsnorm_backward_dw_kernel(const bf16_bits* __restrict__ x, cons
   partial[threadIdx.y][2 * threadIdx.x + 1] = a1;
   __syncthreads();
   if (threadIdx.y == 0) {
+    float* o = out + blockIdx.y * cols;
     for (int k = 0; k < 2; ++k) {
       float sum = 0;
       for (int j = 0; j < kDwRows; ++j) sum += partial[j][2 * threadIdx.x + k];
-      if (c + k < cols) dw[c + k] = sum;
+      if (c + k < cols) o[c + k] = sum;
     }
   }
+}
+
+// dw[c] = the ranges' partial sums of column c, in range order.
+__global__ void rmsnorm_dw_sum_kernel(const float* __restrict__ partial, float* __restrict__ dw, int64_t ranges,
+                                      int64_t cols) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
+  if (c >= cols) return;
+  float sum = 0;
+  for (int64_t r = 0; r < ranges; ++r) sum += partial[r * cols + c];
+  dw[c] = sum;
+}
+
+// Row ranges of the dw reduction: about 512 blocks in all (a few per SM), each range at least 128
+// rows.
+int64_t dw_ranges(int64_t rows, int64_t cols) {
+  const int64_t column_blocks = detail::ceil_div(cols, 64);
+  const int64_t wanted = detail::ceil_div(512, column_blocks);
+  const int64_t most = rows / 128 > 1 ? rows / 128 : 1;
+  return wanted < most ? wanted : most;
 }
 
 }  // namespace
@@ -219,8 +245,13 @@ void rmsnorm_forward(const bf16_bits* x, const bf16_bits* w, bf16_bits* y, float
   MOESIM_LAUNCH_CHECK();
 }
 
+int64_t rmsnorm_backward_scratch_floats(int64_t rows, int64_t cols) {
+  const int64_t ranges = dw_ranges(rows, cols);
+  return ranges > 1 ? ranges * cols : 0;
+}
+
 void rmsnorm_backward(const bf16_bits* x, const bf16_bits* w, const float* rstd, const bf16_bits* dy, bf16_bits* dx, float* dw,
-                      int64_t rows, int64_t cols, cudaStream_t stream) {
+                      int64_t rows, int64_t cols, float* scratch, cudaStream_t stream) {
   if (rows == 0) return;
   const auto grid = static_cast<unsigned>(rows);
   const int lanes = lanes_per_row(cols);
@@ -234,9 +265,17 @@ void rmsnorm_backward(const bf16_bits* x, const bf16_bits* w, const float* rstd,
     rmsnorm_backward_dx_kernel<1><<<grid, kThreads, 0, stream>>>(x, w, rstd, dy, dx, cols);
   }
   MOESIM_LAUNCH_CHECK();
-  rmsnorm_backward_dw_kernel<<<static_cast<unsigned>(detail::ceil_div(cols, 64)), dim3(32, kDwRows), 0, stream>>>(
-      x, rstd, dy, dw, rows, cols);
+  const int64_t ranges = dw_ranges(rows, cols);
+  if (ranges > 1 && scratch == nullptr) throw std::invalid_argument("rmsnorm_backward: dw needs rmsnorm_backward_scratch_floats of scratch");
+  const dim3 dw_grid(static_cast<unsigned>(detail::ceil_div(cols, 64)), static_cast<unsigned>(ranges));
+  rmsnorm_backward_dw_kernel<<<dw_grid, dim3(32, kDwRows), 0, stream>>>(x, rstd, dy, ranges > 1 ? scratch : dw, rows, cols,
+                                                                      detail::ceil_div(rows, ranges));
   MOESIM_LAUNCH_CHECK();
+  if (ranges > 1) {
+    rmsnorm_dw_sum_kernel<<<static_cast<unsigned>(detail::ceil_div(cols, kThreads)), kThreads, 0, stream>>>(scratch, dw, ranges,
+                                                                                                            cols);
+    MOESIM_LAUNCH_CHECK();
+  }
 }
 
 }  // namespace moesim::cuda

@@ -298,17 +298,16 @@ class Launcher {
     }
   }
 
-  // RMSNorm over rows of the op's width; QK-norm (Qwen3) normalises each head's head_dim slice
-  // with one head_dim weight, so its rows are (token, head) pairs.
+  // RMSNorm over rows of the op's normalised width, its k (TapeBuilder::norm): the hidden size,
+  // or a head's dimension for per-head norms (Qwen3's QK-norm, KDA's gated output norm), whose
+  // rows are then (token, head) pairs with one weight of that width.
   void norm() {
     const TensorDesc& xd = bwd() ? p_.outputs(op_).front() : p_.inputs(op_).front();
     int64_t rows = xd.shape[0], cols = cols_of(xd);
-    if (qk_norm()) {
-      const int64_t hd = model().gqa->head_dim;
-      if (cols % hd != 0) no_kernel(p_, op_, "QK-norm width is not a multiple of head_dim");
-      rows *= cols / hd;
-      cols = hd;
-    }
+    const int64_t width = op_.k > 0 ? op_.k : cols;
+    if (cols % width != 0) no_kernel(p_, op_, "the norm's width does not divide its rows");
+    rows *= cols / width;
+    cols = width;
     const bool gated = (bwd() ? op_.num_outputs : op_.num_inputs) > 1;  // gated norm: norm(o) * gate(g)
     auto* x = in<bf16_bits>(rows * cols);
     auto* w = in<bf16_bits>(cols);
@@ -326,16 +325,10 @@ class Launcher {
     auto* dx = out<bf16_bits>(rows * cols);
     auto* dw = out<float>(cols);
     auto* dg = gated ? out<bf16_bits>(rows * cols) : nullptr;
+    auto* scratch = out<float>(rmsnorm_backward_scratch_floats(rows, cols));
     if (!live()) return;
-    rmsnorm_backward(x, w, rstd, dy, dx, dw, rows, cols, s());
+    rmsnorm_backward(x, w, rstd, dy, dx, dw, rows, cols, scratch, s());
     if (gated) add(dy, g, dg, rows * cols, s());
-  }
-
-  // Whether this op is a GQA layer's QK-norm (attn.q_norm / attn.k_norm, attention_ops.cpp).
-  bool qk_norm() const {
-    if (!gqa_layer() || !model().gqa->qk_norm) return false;
-    const std::string& name = p_.name_of(op_);
-    return name.ends_with(".attn.q_norm") || name.ends_with(".attn.k_norm");
   }
 
   // SwiGLU on the gate|up projection [rows, 2f] -> [rows, f] (the kernel computes silu(gate) * up;

@@ -196,16 +196,16 @@ TEST_CASE("grouped GEMM: uneven rows per expert, an expert with none") {
 TEST_CASE("RMSNorm forward and backward") {
   // 1000: the vectorised path (a multiple of 8, not of the block); 1001: the scalar one, odd columns;
   // 64, 128 and 200: short rows, 8, 16 and 32 lanes a row (128: QK-norm's head_dim; 200: lanes
-  // without work). 53 rows: the last block of short rows is partly empty, and dw is one range of
-  // rows. 128 x 20,011 rows (QK-norm's (token, head) rows) and 1000 x 1,301: dw summed over ranges
-  // of rows (156 and 10), the last one shorter.
+  // without work). dw is summed over ranges of at least 16 rows, up to 512 of them: 53 rows are 4
+  // ranges, the last one shorter; 128 x 20,011 (QK-norm's (token, head) rows) 512; 1000 x 1,301
+  // 82; 2048 x 9 one range, written straight to dw. 7168 x 300: wide rows (4 register chunks a
+  // thread, K3's hidden size); 9000 x 40: wider than the fused kernel takes (dx, then dw).
   for (const auto& [cols, rows] : {std::pair<int64_t, int64_t>{1000, 53}, {1001, 53}, {64, 53}, {128, 53}, {200, 53},
-                                   {128, 20011}, {1000, 1301}}) {
+                                   {128, 20011}, {1000, 1301}, {2048, 9}, {7168, 300}, {9000, 40}}) {
   CAPTURE(cols);
   CAPTURE(rows);
   const int64_t ranges_scratch = rmsnorm_backward_scratch_floats(rows, cols);
-  if (rows > 1000) CHECK(ranges_scratch >= 10 * cols);  // the ranged reduction runs
-  if (rows == 53) CHECK(ranges_scratch == 0);
+  CHECK(ranges_scratch == (rows <= 16 ? 0 : std::min<int64_t>(512, (rows + 15) / 16) * cols));
   const double eps = 1e-6;
   const auto x = random_bf16(static_cast<size_t>(rows * cols), -2, 2);
   const auto w = random_bf16(static_cast<size_t>(cols), 0.5, 1.5);

@@ -405,10 +405,14 @@ class StepBuilder {
     op.micro = micro;
     op.bytes_read = bytes.read;
     op.bytes_written = bytes.written;
-    TensorDesc t;
-    t.shape[0] = std::max<int64_t>(1, static_cast<int64_t>(std::llround(bytes.written / 2.0)));
-    const std::array<TensorDesc, 1> one{t};
-    return w.add(op, name, one, one);
+    // The formats of the copy's parts are kept only as bytes: its tensors are the bytes it reads
+    // and writes, in 2-byte elements (what the executor moves, exec_kernels::move_bytes).
+    const auto elements = [](double b) { return std::max<int64_t>(1, static_cast<int64_t>(std::llround(b / 2.0))); };
+    TensorDesc in, out;
+    in.shape[0] = elements(bytes.read);
+    out.shape[0] = elements(bytes.written);
+    const std::array<TensorDesc, 1> reads{in}, writes{out};
+    return w.add(op, name, reads, writes);
   }
 
   // FSDP2 all-gathers of a unit; returns the ops the unit's first op waits for and the gathered

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The executor's own kernels (op_kernels.hpp exec_kernels: the embedding gather and its
 // gradient's scatter-add, KDA's depthwise short convolution both ways, the Attention Residuals
-// mix and its gradient, GQA's key/value head expansion and its adjoint) against their CPU references (reference.hpp) on fresh random inputs;
+// mix and its gradient, GQA's key/value head expansion and its adjoint, the copies' traffic) against their CPU references (reference.hpp) on fresh random inputs;
 // outputs poisoned with NaN first, except the scatter-add, which accumulates onto random values.
 #include <doctest/doctest.h>
 
@@ -128,5 +128,24 @@ TEST_CASE("GQA key/value heads expanded to the query heads, and the gradient sum
     const auto dxr = ref::sum_kv_head_groups(dy, rows, heads_kv, group, d);
     // An FP32 sum of `group` terms of magnitude <= 1: each addition rounds once.
     check_f32("sum kv head groups", dx.download(), dxr, [&](size_t i) { return u32 * group * (std::abs(dxr[i]) + 1); });
+  }
+}
+
+TEST_CASE("move_bytes: every input read and every output written, folded or widened") {
+  // 6,000 -> 4,000: a cast from FP32 master weights plus a BF16 copy (6 bytes read, 4 written a
+  // parameter), vectorised; 4,001 -> 1,000: an accumulation of four, scalar (odd count); 1,000 ->
+  // 2,000 and 999 -> 2,003: widening casts; 777 -> 777: a plain copy.
+  for (const auto& [n_in, n_out] : {std::pair<int64_t, int64_t>{6000, 4000}, {4001, 1000}, {1000, 2000}, {999, 2003}, {777, 777}}) {
+    CAPTURE(n_in);
+    CAPTURE(n_out);
+    const auto x = random_bf16(static_cast<size_t>(n_in));
+    auto dx = to_device(x);
+    auto y = poisoned<bf16_bits>(static_cast<size_t>(n_out));
+    exec_kernels::move_bytes(dx.data(), n_in, y.data(), n_out, nullptr);
+    device_sync();
+    const auto yr = ref::move_bytes(x, n_out);
+    const double terms = static_cast<double>((n_in + n_out - 1) / n_out);
+    // An FP32 sum of `terms` values of magnitude <= 1, rounded once to BF16; a widening copies exactly.
+    check_bf16("move_bytes", y.download(), yr, [&](size_t i) { return u16 * std::abs(yr[i]) + terms * u32 * terms; });
   }
 }

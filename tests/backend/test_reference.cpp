@@ -212,3 +212,13 @@ TEST_CASE("Attention Residuals mix: weights sum the sources; the backward is the
   std::vector<bf16_bits> dy = {float_to_bf16(4.f), float_to_bf16(-8.f)};
   CHECK(ref::residual_mix_backward(dy, a) == std::vector<double>{2, -4, 1, -2});
 }
+
+TEST_CASE("move_bytes reference: a fold keeps the inputs' sum, a widening repeats each input in order") {
+  std::vector<bf16_bits> in;
+  for (int i = 0; i < 10; ++i) in.push_back(float_to_bf16(static_cast<float>(i + 1)));
+  const auto folded = ref::move_bytes(in, 4);  // outputs 0..3 take inputs {0, 4, 8}, {1, 5, 9}, {2, 6}, {3, 7}
+  CHECK(folded == std::vector<double>{1 + 5 + 9, 2 + 6 + 10, 3 + 7, 4 + 8});
+  CHECK(std::accumulate(folded.begin(), folded.end(), 0.0) == 55.0);
+  const auto widened = ref::move_bytes(std::span<const bf16_bits>(in).first(3), 7);  // in[floor(i * 3 / 7)]
+  CHECK(widened == std::vector<double>{1, 1, 1, 2, 2, 3, 3});
+}

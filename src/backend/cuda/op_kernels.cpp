@@ -147,9 +147,9 @@ class Launcher {
       case OpKind::router: return router();
       case OpKind::norm: return norm();
       case OpKind::activation: return activation();
-      case OpKind::elementwise:
+      case OpKind::elementwise: return elementwise();
       case OpKind::grad_accumulate:
-      case OpKind::dp_copy: return elementwise();
+      case OpKind::dp_copy: return data_parallel_copy();
       case OpKind::embedding: return embedding();
       case OpKind::short_conv: return short_conv();
       case OpKind::attention_residual: return attention_residual();
@@ -394,6 +394,17 @@ class Launcher {
       if (!live()) continue;
       if (other) add(dy, other, dx, std::min(n, o.num_elements()), s()); else copy(dy, dx, std::min(n, o.num_elements()), s());
     }
+  }
+
+  // FSDP2's copies and gradient accumulations: the graph keeps their parts' formats only as the
+  // bytes they read and write (its tensors, step_graph.cpp's dp_copy), and this moves exactly those.
+  void data_parallel_copy() {
+    if (op_.num_inputs == 0 || op_.num_outputs == 0) no_kernel(p_, op_, "a data-parallel copy needs its input and output tensors");
+    const int64_t n_in = p_.inputs(op_).front().num_elements();
+    const int64_t n_out = p_.outputs(op_).front().num_elements();
+    auto* a = in<bf16_bits>(n_in);
+    auto* c = out<bf16_bits>(n_out);
+    if (live()) exec_kernels::move_bytes(a, n_in, c, n_out, s());
   }
 
   void embedding() {

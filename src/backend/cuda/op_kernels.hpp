@@ -165,6 +165,12 @@ void repeat_kv_heads(const bf16_bits* x, int64_t rows, int64_t heads_kv, int gro
 // Its adjoint on gradients: dx[r, j, :] = sum over the group's g of dy[r, j * group + g, :] (FP32).
 void sum_kv_head_groups(const float* dy, int64_t rows, int64_t heads_kv, int group, int64_t d, float* dx,
                         cudaStream_t stream);
+// The traffic of a copy that reads n_in 2-byte elements and writes n_out: every input is read
+// once and every output written once. n_in >= n_out: out[i] = sum of in[i], in[i + n_out], ...
+// (a cast from a wider format, or an accumulation, folded); else out[i] = in[floor(i n_in / n_out)]
+// (a widening cast; the ratio in double). FSDP2's copy-in, copy-out and gradient copies, which
+// the graph keeps as bytes.
+void move_bytes(const bf16_bits* in, int64_t n_in, bf16_bits* out, int64_t n_out, cudaStream_t stream);
 }  // namespace exec_kernels
 
 }  // namespace moesim::cuda

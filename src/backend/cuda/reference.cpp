@@ -307,4 +307,19 @@ std::vector<double> sum_kv_head_groups(std::span<const float> dy, int64_t rows, 
   return dx;
 }
 
+std::vector<double> move_bytes(std::span<const bf16_bits> in, int64_t n_out) {
+  const auto n_in = static_cast<int64_t>(in.size());
+  std::vector<double> out(static_cast<size_t>(n_out), 0.0);
+  for (int64_t i = 0; i < n_out; ++i) {
+    if (n_in >= n_out) {
+      for (int64_t k = i; k < n_in; k += n_out) out[static_cast<size_t>(i)] += bf16_to_float(in[static_cast<size_t>(k)]);
+    } else {
+      const double ratio = static_cast<double>(n_in) / static_cast<double>(n_out);
+      const int64_t from = std::min(n_in - 1, static_cast<int64_t>(static_cast<double>(i) * ratio));
+      out[static_cast<size_t>(i)] = bf16_to_float(in[static_cast<size_t>(from)]);
+    }
+  }
+  return out;
+}
+
 }  // namespace moesim::cuda::ref

@@ -90,5 +90,8 @@ std::vector<double> residual_mix_backward(std::span<const bf16_bits> dy, std::sp
 // adjoint dx[r, j, c] = sum_g dy[r, j * group + g, c].
 std::vector<double> repeat_kv_heads(std::span<const bf16_bits> x, int64_t rows, int64_t heads_kv, int group, int64_t d);
 std::vector<double> sum_kv_head_groups(std::span<const float> dy, int64_t rows, int64_t heads_kv, int group, int64_t d);
+// move_bytes: out[i] = sum of in[i + k n_out] (n_in >= n_out), else in[floor(i x (n_in / n_out))],
+// the ratio in double.
+std::vector<double> move_bytes(std::span<const bf16_bits> in, int64_t n_out);
 
 }  // namespace moesim::cuda::ref

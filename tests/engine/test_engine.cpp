@@ -44,6 +44,27 @@ Op collective(OpKind kind, GroupKind group, double bytes) {
 
 double seconds(Picoseconds t) { return static_cast<double>(t) * 1e-12; }
 
+// Small whole-step plans the step-analysis tests share: MoE with expert parallelism (8 ranks,
+// overlapped communication), and 2 pipeline stages of a 405B model with TP 4 (1F1B).
+Plan small_moe() {
+  Plan p;
+  p.ep = 8;
+  p.global_batch = 16;
+  p.seq = 2048;
+  return p;
+}
+Plan small_pipeline() {
+  Plan p;
+  p.model = "llama-3.1-405b";
+  p.devices = 16;
+  p.tp = 4;
+  p.pp = 2;
+  p.shard = 2;
+  p.global_batch = 8;
+  p.seq = 2048;
+  return p;
+}
+
 }  // namespace
 
 TEST_CASE("one collective alone takes latency + wire bytes / bandwidth") {
@@ -221,20 +242,10 @@ TEST_CASE("golden runs: step time and event fingerprint are pinned") {
 }
 
 TEST_CASE("the compute stream's time splits exactly into computing and what it waited for") {
-  Plan moe;  // overlapped communication: idle gaps charged to the collective waited for
-  moe.ep = 8;
-  moe.global_batch = 16;
-  moe.seq = 2048;
+  const Plan moe = small_moe();  // overlapped communication: idle gaps charged to the collective waited for
   Plan serial = moe;  // no overlap: collectives run on the compute stream
   serial.overlap = false;
-  Plan pipeline;  // 2 stages, 1F1B: the second stage waits for activations
-  pipeline.model = "llama-3.1-405b";
-  pipeline.devices = 16;
-  pipeline.tp = 4;
-  pipeline.pp = 2;
-  pipeline.shard = 2;
-  pipeline.global_batch = 8;
-  pipeline.seq = 2048;
+  const Plan pipeline = small_pipeline();  // the second stage waits for activations
   for (const Plan& p : {moe, serial, pipeline}) {
     const Scenario s = test::scenario(p);
     const StepGraph g = build_step_graph(s);
@@ -256,20 +267,8 @@ TEST_CASE("an op's start follows from its predecessors' ends: start_of gives eve
   // The engine keeps only end times; the analyses derive starts (step_analysis.hpp). Checked on
   // whole steps with collectives, all-to-alls on their own queues, pipeline sends and receives,
   // and a host that issues ops late (issue i at i x op_issue).
-  Plan moe;
-  moe.ep = 8;
-  moe.global_batch = 16;
-  moe.seq = 2048;
-  Plan pipeline;
-  pipeline.model = "llama-3.1-405b";
-  pipeline.devices = 16;
-  pipeline.tp = 4;
-  pipeline.pp = 2;
-  pipeline.shard = 2;
-  pipeline.global_batch = 8;
-  pipeline.seq = 2048;
   for (const double op_issue_s : {0.0, 500e-6}) {
-    for (const Plan& plan : {moe, pipeline}) {
+    for (const Plan& plan : {small_moe(), small_pipeline()}) {
       CAPTURE(op_issue_s);
       CAPTURE(plan.model);
       const Scenario s = test::scenario(plan);

@@ -180,27 +180,29 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_backward_fused_kernel(
   for (int64_t row = begin; row < end; ++row) {
     const float r = rstd[row];
     const int64_t at = row * cols;
-    float dot = 0;
-#pragma unroll
-    for (int k = 0; k < kChunks; ++k) {
+    // The row's elements of chunk k of this thread (false past the row's end).
+    const auto chunk = [&](int k, float* xv, float* gv, float* dv) {
       const int64_t i = (static_cast<int64_t>(k) * kThreads + threadIdx.x) * V;
-      if (i >= cols) continue;
-      float xv[V], gv[V], dv[V];
+      if (i >= cols) return false;
       load<V>(x + at + i, xv);
       load<V>(w + i, gv);
       load<V>(dy + at + i, dv);
+      return true;
+    };
+    float dot = 0;
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      float xv[V], gv[V], dv[V];
+      if (!chunk(k, xv, gv, dv)) continue;
 #pragma unroll
       for (int j = 0; j < V; ++j) dot += dv[j] * gv[j] * xv[j] * r;
     }
     const float mean = detail::block_sum(dot, shared) / static_cast<float>(cols);
 #pragma unroll
     for (int k = 0; k < kChunks; ++k) {
-      const int64_t i = (static_cast<int64_t>(k) * kThreads + threadIdx.x) * V;
-      if (i >= cols) continue;
       float xv[V], gv[V], dv[V];
-      load<V>(x + at + i, xv);
-      load<V>(w + i, gv);
-      load<V>(dy + at + i, dv);
+      if (!chunk(k, xv, gv, dv)) continue;
+      const int64_t i = (static_cast<int64_t>(k) * kThreads + threadIdx.x) * V;
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         const float xhat = xv[j] * r;

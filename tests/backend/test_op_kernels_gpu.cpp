@@ -65,10 +65,13 @@ TEST_CASE("embedding: gather rows, and the table gradient's scatter-add") {
   check_f32("scatter-add", grad.download(), sr, [&](size_t i) { return u32 * terms[i] * mag[i]; });
 }
 
-TEST_CASE("short convolution forward and transposed, widths 4 and 3") {
-  for (const int width : {4, 3}) {
+TEST_CASE("short convolution forward and transposed: tiles (widths 4 and 3), and the per-element kernel") {
+  // 96 channels: the tiled kernel (8 channels a thread, 32-row tiles, 301 rows: a partial last
+  // tile); 100 channels (not a multiple of 8) and width 2: the per-element kernel.
+  for (const auto& [width, channels] : {std::pair<int, int64_t>{4, 96}, {3, 96}, {4, 100}, {2, 96}}) {
     CAPTURE(width);
-    const int64_t rows = 301, channels = 96;
+    CAPTURE(channels);
+    const int64_t rows = 301;
     const auto x = random_bf16(static_cast<size_t>(rows * channels));
     const auto w = random_bf16(static_cast<size_t>(channels * width));
     auto dx = to_device(x);
@@ -86,8 +89,9 @@ TEST_CASE("short convolution forward and transposed, widths 4 and 3") {
 }
 
 TEST_CASE("Attention Residuals mix and its input gradients") {
-  const int64_t n = 5000;
-  for (const int sources : {1, 3, 8}) {
+  // 5000: 8 elements a thread (16-byte accesses); 5001: one a thread.
+  for (const auto& [n, sources] : {std::pair<int64_t, int>{5000, 1}, {5000, 3}, {5000, 8}, {5001, 3}}) {
+    CAPTURE(n);
     CAPTURE(sources);
     const auto x = random_bf16(static_cast<size_t>(sources * n));
     const auto a = random_f32(static_cast<size_t>(sources), 0, 1);

@@ -207,8 +207,11 @@ How plans are expressed:
 - Attention kernel: the hardware file's default (its best current kernel: FlashAttention-3 on H100)
   unless the source's stack is known to have run another; torchtitan's end-of-2024 H100 runs state
   `fused_ops.attention_kernel` flash2 (PyTorch SDPA's flash backend, its default on H100 then).
-- GPU variants: the hardware file of the part the source names where one exists (h100-hbm2e-500w for
-  Meta's 500 W, HBM2e Grand Teton H100s).
+- GPU and cluster variants: the hardware file of the part and network the source names where one
+  exists (h100-hbm2e-500w for Meta's 500 W, HBM2e Grand Teton H100s; a100-80g-opa for BLOOM's
+  Jean Zay nodes, 4 x 100 Gb/s Omni-Path per 8 A100s).
+- Dropout: the run's own settings (Megatron-LM's default 0.1 where its script sets none); attention
+  dropout costs time and memory only without flash attention.
 - Micro-batch sizes and other plan fields the source does not state are listed under each case's
   `assumptions`; plan details the scenario schema cannot express (dispatchers such as DeepEP/HybridEP,
   other communication overlaps, CUDA graphs, torch.compile, GPU variants without a hardware file, FP8 on the

@@ -25,7 +25,7 @@ TEST_CASE("every file in hardware/ loads, is embedded, says what a device is, an
     CHECK(h.doc.find("ssum") != std::string::npos);  // every file says which numbers are assumptions
     ++files;
   }
-  CHECK(files == 9);
+  CHECK(files == 10);
 }
 
 TEST_CASE("the 500 W HBM2e H100 is h100-hgx's die at its own memory and the middle of its published peak interval") {
@@ -83,4 +83,23 @@ TEST_CASE("datasheet numbers arrive in SI units") {
   CHECK(nvl.device.peak_flops.bf16.value == doctest::Approx(2.5e15));
   CHECK(load("cloudmatrix-384").fabric.scale_up.domain_size == 384);
   CHECK(load("a100-80g-hgx").device.peak_flops.bf16.value == doctest::Approx(312e12));
+}
+
+TEST_CASE("the Omni-Path A100 cluster is a100-80g-hgx but for its network: 4 x 100 Gb/s per node of 8") {
+  const HardwareSpec hgx = load("a100-80g-hgx");
+  const HardwareSpec opa = load("a100-80g-opa");
+  CHECK(opa.device.peak_flops.bf16.value == hgx.device.peak_flops.bf16.value);
+  CHECK(opa.device.hbm_bandwidth.value == hgx.device.hbm_bandwidth.value);
+  CHECK(opa.device.hbm_capacity.value == hgx.device.hbm_capacity.value);
+  const auto same = [](const EfficiencyCurve& a, const EfficiencyCurve& b) { return a.max == b.max && a.half_at == b.half_at; };
+  CHECK(same(opa.efficiency.gemm, hgx.efficiency.gemm));
+  CHECK(same(opa.efficiency.grouped_gemm, hgx.efficiency.grouped_gemm));
+  CHECK(same(opa.efficiency.attention, hgx.efficiency.attention));
+  CHECK(opa.efficiency.memory == hgx.efficiency.memory);
+  CHECK(opa.efficiency.collective == hgx.efficiency.collective);
+  CHECK(opa.efficiency.collective_scale_out == hgx.efficiency.collective_scale_out);
+  CHECK(opa.fabric.scale_up.port_bandwidth.value == hgx.fabric.scale_up.port_bandwidth.value);
+  CHECK(opa.devices_per_node == 8);
+  CHECK(opa.fabric.scale_out->nic_bandwidth.value * 8 == doctest::Approx(4 * 100e9 / 8));  // bytes/s: 400 Gb/s a node
+  for (const auto& tier : opa.fabric.scale_out->tiers) CHECK(tier.bandwidth_per_device.value == opa.fabric.scale_out->nic_bandwidth.value);
 }

@@ -276,6 +276,32 @@ int attention_block(TapeBuilder& b, AttentionKind kind, int x) {
   return x;  // unreachable: every AttentionKind is listed above
 }
 
+// A sub-layer's residual add, h + y. With hidden dropout, h + dropout(y) as Megatron-LM fuses it
+// (bias_dropout_add): the add also writes the dropout's mask, 1 byte an element, which its backward
+// reads; the mask lives from the forward to the backward like any saved tensor.
+int residual_add(TapeBuilder& b, const std::string& name, int h, int y) {
+  const auto& c = b.ctx();
+  const int64_t rows = c.sp_tokens(), d = c.model->hidden_size;
+  if (c.hidden_dropout <= 0) return b.pointwise(OpKind::elementwise, name, {h, y}, rows, d, 1.0, {}, c.act);
+  const int out = b.act_tensor(rows, d, name + ".out");
+  const int mask = b.tensor(rows, d, name + ".dropout_mask", Dtype::int8, false);
+  TapeOp op;
+  op.op.kind = OpKind::elementwise;
+  op.op.dtype = c.act;
+  op.op.flops = 3.0 * elements(rows, d);
+  op.op.bytes_read = 2 * bytes_of(elements(rows, d), c.act);
+  op.op.bytes_written = bytes_of(elements(rows, d), c.act) + bytes_of(elements(rows, d), Dtype::int8);
+  op.name = name;
+  op.inputs = {h, y};
+  op.outputs = {out, mask};
+  op.bwd_needs = {mask};
+  op.bwd_kind = OpKind::elementwise;
+  op.bwd_flops = 2.0 * elements(rows, d);
+  op.cheap = true;
+  b.add(op);
+  return out;
+}
+
 // A parallel transformer block (ModelSpec::parallel_block): one norm, one TP region in which the
 // attention and the FFN read the same gathered input, the FFN's down-projection adding the
 // attention's output in its epilogue, and one residual add.
@@ -288,7 +314,7 @@ LayerTape parallel_block_tape(const LayerContext& c, LayerKinds kinds) {
   const int a = ffn_up(b, "ffn", x, c.tokens, d, f, LoraTarget::dense_ffn, SwapTarget::dense_ffn_up);
   const int y = b.gemm_accumulate("ffn.down_proj", a, attn, c.tokens, f / c.tp, d, LoraTarget::dense_ffn);
   const int summed = b.exit_tp("block", y, b.projection_tp());
-  tape.set_output(b.pointwise(OpKind::elementwise, "residual_add", {0, summed}, c.sp_tokens(), d, 1.0, {}, c.act));
+  tape.set_output(residual_add(b, "residual_add", 0, summed));
   return tape;
 }
 
@@ -307,12 +333,12 @@ LayerTape build_layer_tape(const LayerContext& c, int64_t layer) {
   x = b.enter_tp("attn", x, b.projection_tp());
   int y = attention_block(b, kinds.attention, x);
   y = b.exit_tp("attn", y, b.projection_tp());
-  const int h_mid = b.pointwise(OpKind::elementwise, "attn_residual_add", {h, y}, c.sp_tokens(), d, 1.0, {}, c.act);
+  const int h_mid = residual_add(b, "attn_residual_add", h, y);
   // FFN sub-layer.
   int h2 = attention_residual(b, "ffn_res", h_mid, layer);
   x = b.norm("ffn_norm", h2, c.sp_tokens(), d);
   y = kinds.ffn == FfnKind::moe ? moe_block(b, x, layer) : dense_ffn_block(b, x);
-  const int out = b.pointwise(OpKind::elementwise, "ffn_residual_add", {h2, y}, c.sp_tokens(), d, 1.0, {}, c.act);
+  const int out = residual_add(b, "ffn_residual_add", h2, y);
   tape.set_output(out);
   return tape;
 }

@@ -40,6 +40,7 @@ struct LayerContext {
   bool shared_expert_overlap = false;  // overlap.moe_shared_expert_overlap
   int64_t dispatch_chunks = 1;         // overlap.moe_dispatch_chunks
   double attention_dropout = 0;  // costs only in the materialised attention core
+  double hidden_dropout = 0;     // the residual adds' dropout (residual_add, layer_ops.cpp)
 
   int64_t sp_tokens() const { return sequence_parallel && tp > 1 ? tokens / tp : tokens; }
   bool experts_folded() const { return etp != tp; }

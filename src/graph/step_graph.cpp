@@ -140,6 +140,7 @@ class StepBuilder {
     c_.shared_expert_overlap = spec_.overlap.moe_shared_expert_overlap;
     c_.dispatch_chunks = spec_.overlap.moe_dispatch_chunks;
     c_.attention_dropout = spec_.training.attention_dropout;
+    c_.hidden_dropout = spec_.training.hidden_dropout;
     num_micro_ = micro_batches_per_step(spec_);
     zero_stage_ = p.fsdp.zero_stage;
     offload_ = p.fsdp.offload;

@@ -62,6 +62,11 @@ void declare_fields(F& f, TrainingSpec& s) {
              "Attention dropout probability; it costs time and memory only without flash attention "
              "(fused_ops.flash_attention false), which fuses it.",
              between(0.0, 1.0));
+  f.optional("hidden_dropout", s.hidden_dropout, 0.0,
+             "Dropout probability on each sub-layer's output before its residual add (Megatron-LM's "
+             "hidden dropout, fused with the bias and the add): the add also writes a 1-byte mask per "
+             "element, which its backward reads, kept from forward to backward unless recompute drops it.",
+             between(0.0, 1.0));
   f.optional("gradient_memory", s.gradient_memory, GradientMemory::persistent,
              "How long the parameter gradients hold HBM. persistent: all run, in buffers of their own "
              "(Megatron-Core, DeepSpeed, zero_grad(set_to_none=False)). per_step: from where the step first writes "

@@ -132,6 +132,7 @@ struct TrainingSpec {
   PrecisionSpec precision;
   OptimizerSpec optimizer;
   double attention_dropout = 0;  // probability; costs only without flash attention
+  double hidden_dropout = 0;     // probability, on each sub-layer's output before its residual add
   GradientMemory gradient_memory = GradientMemory::persistent;
 };
 

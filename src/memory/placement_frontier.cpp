@@ -15,19 +15,23 @@ bool allocates(const Program& p, const Op& op) {
 }  // namespace
 
 void PlacementFrontier::reset(const Program& p) {
-  reset(static_cast<uint32_t>(p.ops.size()));
-  program_ = &p;
-  for (uint32_t i = 0; i < p.ops.size(); ++i) {
-    if (!allocates(p, p.ops[i])) next_[i] = i + 1;
+  num_ops_ = static_cast<uint32_t>(p.ops.size());
+  bits_.assign((num_ops_ + 63) / 64, 0);
+  summary_.assign((bits_.size() + 63) / 64, 0);
+  for (uint32_t i = 0; i < num_ops_; ++i) {
+    if (allocates(p, p.ops[i])) set(i);
   }
+  program_ = &p;
   lowest_ = next_to_place(0);
 }
 
 void PlacementFrontier::reset(uint32_t num_ops) {
+  num_ops_ = num_ops;
+  bits_.assign((num_ops_ + 63) / 64, 0);
+  summary_.assign((bits_.size() + 63) / 64, 0);
+  for (uint32_t i = 0; i < num_ops_; ++i) set(i);
   program_ = nullptr;
-  next_.resize(num_ops + 1);
-  for (uint32_t i = 0; i <= num_ops; ++i) next_[i] = i;
-  lowest_ = 0;
+  lowest_ = next_to_place(0);
 }
 
 }  // namespace moesim

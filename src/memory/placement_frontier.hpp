@@ -4,8 +4,14 @@
 // before it is still to come. Ops are marked as they place; ops that allocate nothing never place.
 // The slab merges two free neighbours only when no op still to place was issued between their
 // releases (slab_allocator.hpp): such an op may reuse the earlier one but not the later.
+//
+// One bit per op (a set bit: still to place) and one bit per 64-op word (set: the word has a set
+// bit), so that the first op still to place at or after any op is a few word reads away; every
+// simulated rank keeps one, an eighth of a byte per op (the union-find over op indices it
+// replaced kept 4 bytes).
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -23,29 +29,48 @@ class PlacementFrontier {
   const Program* program() const { return program_; }
 
   void placed(uint32_t op) {
-    next_[op] = op + 1;
+    uint64_t& w = bits_[op / 64];
+    w &= ~(uint64_t{1} << (op % 64));
+    if (w == 0) summary_[op / 4096] &= ~(uint64_t{1} << (op / 64 % 64));
     if (op == lowest_) lowest_ = next_to_place(op + 1);
   }
   // The first op at or after `op` still to place; the number of ops when there is none.
-  uint32_t next_to_place(uint32_t op);
+  uint32_t next_to_place(uint32_t op) const;
   // Whether an op in (after, up_to] is still to place.
-  bool to_place_between(uint32_t after, uint32_t up_to) { return up_to >= lowest_ && next_to_place(after + 1) <= up_to; }
+  bool to_place_between(uint32_t after, uint32_t up_to) const {
+    return up_to >= lowest_ && next_to_place(after + 1) <= up_to;
+  }
 
  private:
+  void set(uint32_t op) {
+    bits_[op / 64] |= uint64_t{1} << (op % 64);
+    summary_[op / 4096] |= uint64_t{1} << (op / 64 % 64);
+  }
+
   const Program* program_ = nullptr;
-  // Union-find over op indices: next_[i] == i while op i is still to place, else a later op
-  // (paths are halved on lookup, so a lookup is amortised near-constant).
-  std::vector<uint32_t> next_;
-  uint32_t lowest_ = 0;  // next_to_place(0), kept as ops place: most questions end at it
+  uint32_t num_ops_ = 0;
+  std::vector<uint64_t> bits_;     // bit op % 64 of word op / 64: op still to place
+  std::vector<uint64_t> summary_;  // bit w % 64 of word w / 64: bits_[w] != 0
+  uint32_t lowest_ = 0;            // next_to_place(0), kept as ops place: most questions end at it
 };
 
-inline uint32_t PlacementFrontier::next_to_place(uint32_t op) {
-  if (op >= next_.size()) return static_cast<uint32_t>(next_.size() - 1);
-  while (next_[op] != op) {
-    next_[op] = next_[next_[op]];
-    op = next_[op];
+inline uint32_t PlacementFrontier::next_to_place(uint32_t op) const {
+  if (op >= num_ops_) return num_ops_;
+  uint32_t word = op / 64;
+  // The rest of op's own word.
+  if (const uint64_t rest = bits_[word] & (~uint64_t{0} << (op % 64)); rest != 0) {
+    return word * 64 + static_cast<uint32_t>(std::countr_zero(rest));
   }
-  return op;
+  // The next non-empty word: the rest of its summary word, then whole summary words.
+  ++word;
+  for (uint32_t s = word / 64; s < summary_.size(); ++s) {
+    uint64_t words = summary_[s];
+    if (s == word / 64) words &= word % 64 == 0 ? ~uint64_t{0} : ~uint64_t{0} << (word % 64);
+    if (words == 0) continue;
+    const uint32_t w = s * 64 + static_cast<uint32_t>(std::countr_zero(words));
+    return w * 64 + static_cast<uint32_t>(std::countr_zero(bits_[w]));
+  }
+  return num_ops_;
 }
 
 }  // namespace moesim

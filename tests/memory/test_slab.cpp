@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <numeric>
 #include <random>
 
 #include "memory/buffer_plan.hpp"
@@ -365,6 +366,34 @@ TEST_CASE("the frontier: the first op still to place, over ops that allocate not
   CHECK(f.to_place_between(0, 5));
   for (uint32_t op : {5, 6, 7}) f.placed(op);
   CHECK(f.next_to_place(0) == 8);  // none left: the number of ops
+}
+
+TEST_CASE("the frontier against a plain scan: random placements over 10,000 ops (three summary words)") {
+  std::mt19937_64 gen(7);
+  const uint32_t n = 10000;
+  PlacementFrontier f;
+  f.reset(n);
+  std::vector<bool> to_place(n, true);
+  const auto scan = [&](uint32_t op) {
+    while (op < n && !to_place[op]) ++op;
+    return std::min(op, n);
+  };
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  std::shuffle(order.begin(), order.end(), gen);
+  for (uint32_t k = 0; k < n; ++k) {
+    f.placed(order[k]);
+    to_place[order[k]] = false;
+    if (k % 97 != 0 && k + 1 != n) continue;
+    for (int q = 0; q < 50; ++q) {
+      const auto a = static_cast<uint32_t>(gen() % (n + 2));
+      const auto b = static_cast<uint32_t>(gen() % (n + 2));
+      CHECK(f.next_to_place(a) == scan(a));
+      const uint32_t lo = std::min(a, b), hi = std::max(a, b);
+      CHECK(f.to_place_between(lo, hi) == (scan(lo + 1) <= hi));
+    }
+  }
+  CHECK(f.next_to_place(0) == n);
 }
 
 namespace {

@@ -86,12 +86,12 @@ std::pair<TimeByName, int64_t> critical_path(const RunRecord& run, int32_t slot,
   while (op >= 0) {
     const auto i = static_cast<uint32_t>(op);
     const Op& o = p->ops[i];
-    by_name[static_cast<size_t>(ix.folded[i])] += ends(run, slot)[i] - start_of(run, slot, i);
+    Picoseconds latest = start_of(run, slot, i);
+    by_name[static_cast<size_t>(ix.folded[i])] += ends(run, slot)[i] - latest;
     ++length;
     if (is_collective(o.kind)) {
       // The member that arrived last held the collective back.
       const int32_t here = slot;
-      Picoseconds latest = start_of(run, slot, i);
       for (int32_t member : run.group_slots(here, o.group)) {
         if (run.program[static_cast<size_t>(member)] != run.program[static_cast<size_t>(here)]) continue;
         const Picoseconds arrived = start_of(run, member, i);

@@ -65,7 +65,7 @@ inline uint32_t PlacementFrontier::next_to_place(uint32_t op) const {
   ++word;
   for (uint32_t s = word / 64; s < summary_.size(); ++s) {
     uint64_t words = summary_[s];
-    if (s == word / 64) words &= word % 64 == 0 ? ~uint64_t{0} : ~uint64_t{0} << (word % 64);
+    if (s == word / 64) words &= ~uint64_t{0} << (word % 64);  // only words from `word` on
     if (words == 0) continue;
     const uint32_t w = s * 64 + static_cast<uint32_t>(std::countr_zero(words));
     return w * 64 + static_cast<uint32_t>(std::countr_zero(bits_[w]));

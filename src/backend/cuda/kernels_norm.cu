@@ -13,7 +13,6 @@
 // (odd widths, wider ones): dx a block per row, then dw as a column reduction over the same ranges
 // of rows (one block per 64 columns over all rows had left a 128-wide QK-norm's 524,288 rows to 2
 // blocks: 8.4 ms, 2026-12-03).
-#include <stdexcept>
 #include <type_traits>
 
 #include "backend/cuda/check.hpp"
@@ -351,7 +350,7 @@ void rmsnorm_backward(const bf16_bits* x, const bf16_bits* w, const float* rstd,
                       int64_t rows, int64_t cols, float* scratch, cudaStream_t stream) {
   if (rows == 0) return;
   const int64_t ranges = dw_ranges(rows);
-  if (ranges > 1 && scratch == nullptr) throw std::invalid_argument("rmsnorm_backward: dw needs rmsnorm_backward_scratch_floats of scratch");
+  if (ranges > 1 && scratch == nullptr) throw BackendError("rmsnorm_backward: dw needs rmsnorm_backward_scratch_floats of scratch");
   float* partial = ranges > 1 ? scratch : dw;
   const int64_t rows_per_range = detail::ceil_div(rows, ranges);
   const auto blocks = static_cast<unsigned>(ranges);

@@ -221,6 +221,7 @@ class StepBuilder {
     grads_done_.clear();
     accumulated_.clear();
     held_back_.clear();
+    deferred_reductions_.clear();
     collect_units(stage, true);
     persistent(program);
 
@@ -253,6 +254,7 @@ class StepBuilder {
         case Pass::weight: weight_gradients(w); break;
       }
     }
+    reduce_deferred(w);
     optimizer(w);
     interleave_overlapped_pairs(program, pairs);
     return program;
@@ -818,10 +820,11 @@ class StepBuilder {
       } else {
         held_[{micro, layer}] = gathered;
       }
-    } else if (zero_stage_ >= 1 && first_micro(micro)) {
+    } else if (zero_stage_ >= 1 && first_micro(micro) && spec_.parallel.fsdp.overlap_param_gather) {
       // The distributed optimizer's parameter all-gather, into the persistent full copy:
       // overlapped with the next step's first forward, unit by unit (Megatron's
-      // overlap_param_gather), which is this step's first forward in steady state.
+      // overlap_param_gather), which is this step's first forward in steady state. Not
+      // overlapped, it follows the optimizer step (gather_after_optimizer).
       gather(w, layer, static_cast<int32_t>(micro), Phase::fwd, sc.first_op_deps, gathered, anchor, false);
     }
     sc.alloc_at_start = std::move(alloc_first);
@@ -935,14 +938,7 @@ class StepBuilder {
       // The weight gradients, and the reduction that needs them, wait for the weight pass.
       held_back_.back().units.push_back(DeferredUnit{layer, r.last_op, r.weight_grads, grads});
     } else {
-      grads_done_[layer] = r.last_op;
-      if (syncs(micro)) {
-        std::vector<uint32_t> reduced = reduce(w, layer, static_cast<int32_t>(micro), r.last_op, grads);
-        if (!reduced.empty()) last_reduce_[layer] = std::move(reduced);
-      } else {
-        accumulate_unsynced(w, layer, static_cast<int32_t>(micro), r.last_op);
-      }
-      if (dualpipe_ && last_micro(micro)) mirror_gradients(w, layer);
+      finish_gradients(w, layer, static_cast<int32_t>(micro), r.last_op, grads);
     }
     states_.erase({micro, layer});
     return Boundary{r.input_grad_buffer, r.input_grad_producer};
@@ -956,16 +952,42 @@ class StepBuilder {
     held_back_.pop_front();
     for (const DeferredUnit& u : chunk.units) {
       const int64_t last = emit_weight_grads(w, u.weight_grads);
-      const uint32_t after = last >= 0 ? static_cast<uint32_t>(last) : u.backward_end;
-      grads_done_[u.layer] = after;
-      if (syncs(chunk.micro)) {
-        std::vector<uint32_t> reduced = reduce(w, u.layer, static_cast<int32_t>(chunk.micro), after, u.grads);
-        if (!reduced.empty()) last_reduce_[u.layer] = std::move(reduced);
-      } else {
-        accumulate_unsynced(w, u.layer, static_cast<int32_t>(chunk.micro), after);
-      }
-      if (dualpipe_ && last_micro(chunk.micro)) mirror_gradients(w, u.layer);
+      finish_gradients(w, u.layer, static_cast<int32_t>(chunk.micro), last >= 0 ? static_cast<uint32_t>(last) : u.backward_end,
+                       u.grads);
     }
+  }
+
+  // A unit's gradients of micro-batch `micro` are complete after op `after`: reduced now (or,
+  // without overlap_grad_reduce, once the step's backward is done: reduce_deferred), or
+  // accumulated for a later micro-batch's reduction.
+  void finish_gradients(ProgramWriter& w, int64_t layer, int32_t micro, uint32_t after, const std::vector<uint32_t>& grads) {
+    grads_done_[layer] = after;
+    if (!syncs(micro)) {
+      accumulate_unsynced(w, layer, micro, after);
+      return;
+    }
+    if (!spec_.parallel.fsdp.overlap_grad_reduce) {
+      deferred_reductions_.push_back({layer, micro, grads});
+      return;
+    }
+    reduce_unit(w, layer, micro, after, grads);
+  }
+
+  void reduce_unit(ProgramWriter& w, int64_t layer, int32_t micro, uint32_t after, const std::vector<uint32_t>& grads) {
+    std::vector<uint32_t> reduced = reduce(w, layer, micro, after, grads);
+    if (!reduced.empty()) last_reduce_[layer] = std::move(reduced);
+    if (dualpipe_ && last_micro(micro)) mirror_gradients(w, layer);
+  }
+
+  // Gradient reductions without overlap (Megatron-LM's reduce_model_grads after
+  // forward_backward_func, DeepSpeed's pipeline ReduceGrads instruction): all of them start after
+  // the step's last backward op on the compute queue, in the order the units finished.
+  void reduce_deferred(ProgramWriter& w) {
+    const int64_t end = last_compute(w);
+    for (const DeferredReduction& d : deferred_reductions_) {
+      reduce_unit(w, d.layer, d.micro, end >= 0 ? static_cast<uint32_t>(end) : grads_done_.at(d.layer), d.grads);
+    }
+    deferred_reductions_.clear();
   }
 
   int64_t prefetch_anchor_backward(const ProgramWriter& w, int64_t layer) const {
@@ -1032,6 +1054,7 @@ class StepBuilder {
     const uint32_t foreach_temp =
         foreach ? w.buffer(all_trainable * f.temp, MemCategory::workspace, "optimizer.foreach_temp") : 0;
     int64_t last_optimizer_op = -1;
+    int64_t last_update = -1;  // the last op of the parameters' update
     for (const auto& [layer, u] : units_) {
       const double trainable = optimizer_share(u);
       if (trainable <= 0) continue;
@@ -1068,16 +1091,30 @@ class StepBuilder {
       }
       // Offload optimizer: the updated low-precision shard goes back to the parameters in HBM (the
       // next step gathers from it); offload parameters updates the host shard in place.
+      last_update = i;
       if (offload_ == OffloadKind::optimizer) {
         const uint32_t c = host_copy(w, OpKind::swap_in, layer, -1, Phase::optimizer, trainable * dtype_bytes(prec.params),
                                      unit_name(layer) + ".offload_params_h2d");
         w.order_after(c, i);
+        last_update = c;
       }
     }
     if (last_optimizer_op >= 0) {
       // No op follows the optimizer ops under foreach (no offload copies): the last one is the
-      // program's last, which the writer lets take the release.
+      // last added, which the writer lets take the release.
       w.effect(static_cast<uint32_t>(last_optimizer_op), foreach_temp, MemAction::free);
+    }
+    gather_after_optimizer(w, last_update);
+  }
+
+  // ZeRO 1-2 without overlap_param_gather: the updated parameters are all-gathered after the
+  // whole optimizer step (Megatron-LM's gather_model_params, DeepSpeed's ZeRO-1/2 step), unit by
+  // unit on the data-parallel queues, the step ending when they have arrived.
+  void gather_after_optimizer(ProgramWriter& w, int64_t after) {
+    if (spec_.parallel.fsdp.overlap_param_gather || zero_stage_ < 1 || zero_stage_ > 2) return;
+    for (const auto& [layer, u] : units_) {
+      std::vector<uint32_t> ops, buffers;
+      gather(w, layer, -1, Phase::optimizer, ops, buffers, after, false);
     }
   }
 
@@ -1106,6 +1143,12 @@ class StepBuilder {
   bool overlap_forward_backward_ = true;
   bool defer_weights_ = false;         // the backward being emitted holds its weight gradients back
   int64_t schedule_point_limit_ = -1;  // >= 0: receives are posted as if emitted before this op
+  struct DeferredReduction {
+    int64_t layer;
+    int32_t micro;
+    std::vector<uint32_t> grads;
+  };
+  std::vector<DeferredReduction> deferred_reductions_;  // without overlap_grad_reduce, until the backward ends
   struct DeferredUnit {
     int64_t layer;
     uint32_t backward_end;

@@ -28,6 +28,7 @@ class ScenarioChecker {
     check_training();
     check_memory_options();
     check_offload();
+    check_dp_overlap();
     check_loss();
     check_optimizer();
     check_routing();
@@ -368,6 +369,22 @@ class ScenarioChecker {
     }
     if (hw_.device.host_memory.capacity_per_device.value <= 0) {
       fail("/parallel/fsdp/offload", hw_.name + " has no host memory to offload to");
+    }
+  }
+
+  // Turning an overlap off only where there is one to turn off (docs/pipeline.md, "Data-parallel
+  // communication").
+  void check_dp_overlap() const {
+    const auto& p = spec_.parallel;
+    if (!p.fsdp.overlap_grad_reduce && resolved_gradient_sync(p.fsdp, p.pp.stages) == GradientSync::every_micro_batch) {
+      fail("/parallel/fsdp/overlap_grad_reduce",
+           "false reduces the gradients once, after the step's last backward; gradient_sync resolves to "
+           "every_micro_batch here (set it to last_micro_batch)");
+    }
+    if (!p.fsdp.overlap_param_gather && (p.fsdp.zero_stage < 1 || p.fsdp.zero_stage > 2)) {
+      fail("/parallel/fsdp/overlap_param_gather",
+           "only zero_stage 1-2 gather updated parameters after the optimizer step; got zero_stage " +
+               str(p.fsdp.zero_stage) + (p.fsdp.zero_stage == 3 ? " (FSDP2 gathers each unit where it is used)" : ""));
     }
   }
 

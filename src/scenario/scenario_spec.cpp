@@ -105,6 +105,15 @@ void declare_fields(F& f, FsdpSpec& s) {
              "Units gathered ahead of their use; 0: a unit's gathers start only when it is reached (after the compute "
              "before it), fully exposed.",
              non_negative(limits::kMaxSmall));
+  f.optional("overlap_grad_reduce", s.overlap_grad_reduce, true,
+             "Each unit's gradient reduction starts when its backward is done, overlapping the rest of the backward "
+             "(FSDP2, PyTorch DDP, Megatron --overlap-grad-reduce). false: every reduction of the step starts after "
+             "the step's last backward op, exposed (Megatron-LM without --overlap-grad-reduce, DeepSpeed's pipeline "
+             "engine); needs gradients reduced once per step.");
+  f.optional("overlap_param_gather", s.overlap_param_gather, true,
+             "zero_stage 1-2: the distributed optimizer's parameter all-gather overlaps the next step's first forward, "
+             "unit by unit (Megatron --overlap-param-gather). false: it runs after the optimizer step, exposed "
+             "(Megatron-LM without the flag, DeepSpeed ZeRO-1/2).");
   f.optional("offload", s.offload, OffloadKind::none,
              "CPU offload of persistent state to host memory, the optimizer step on the CPU: none; optimizer "
              "(DeepSpeed ZeRO-Offload, zero_stage 1-3: fp32 master weights, optimizer states and, from zero_stage 2, "

@@ -174,6 +174,8 @@ struct FsdpSpec {
   GradientSync gradient_sync = GradientSync::automatic;
   bool reshard_after_forward = true;
   int64_t prefetch = 1;   // units gathered ahead of use
+  bool overlap_grad_reduce = true;   // false: the step's reductions after its last backward
+  bool overlap_param_gather = true;  // ZeRO 1-2, false: the parameter all-gather after the optimizer
   OffloadKind offload = OffloadKind::none;
 };
 

@@ -188,6 +188,60 @@ TEST_CASE("gradient synchronisation: DDP and the distributed optimizer once per 
   }
 }
 
+TEST_CASE("without DP overlap the reductions follow the backward and the gathers the optimizer, back to back") {
+  // Megatron-LM without --overlap-grad-reduce / --overlap-param-gather, DeepSpeed's pipeline
+  // engine: the step is the compute, then every reduction, the optimizer, then every gather.
+  for (int64_t zero : {0, 1, 2}) {
+    CAPTURE(zero);
+    const std::string sync = zero == 2 ? "last_micro_batch" : "auto";  // ZeRO-2's auto reduces every micro-batch
+    Plan plan = data_parallel(zero, sync);
+    plan.overlap_grad_reduce = false;
+    plan.overlap_param_gather = zero == 0;  // DDP has no parameter gather to move
+    const Run run = simulate(plan, true);
+    const StepResult& r = run.result;
+    REQUIRE(r.timeline.records.size() == ops_of_all_ranks(run.graph));
+    Picoseconds backward_end = 0, optimizer_end = 0, first_reduce = INT64_MAX, last_reduce = 0, first_gather = INT64_MAX,
+                last_gather = 0, reduce_busy = 0, gather_busy = 0;
+    int64_t reduces = 0, gathers = 0;
+    for (const ExecRecord& rec : r.timeline.records) {
+      if (rec.rank != 0) continue;
+      const Program& prog = run.graph.programs[static_cast<size_t>(rec.program)];
+      const Op& op = prog.ops[rec.op];
+      const std::string& name = prog.name_of(op);
+      if (name.ends_with("_all_reduce.params") || name.ends_with("reduce_scatter.params")) {
+        ++reduces;
+        first_reduce = std::min(first_reduce, rec.start);
+        last_reduce = std::max(last_reduce, rec.end);
+        reduce_busy += rec.end - rec.start;
+      } else if (name.ends_with("all_gather.params")) {
+        ++gathers;
+        first_gather = std::min(first_gather, rec.start);
+        last_gather = std::max(last_gather, rec.end);
+        gather_busy += rec.end - rec.start;
+      } else if (!is_communication(op.kind) && op.phase == Phase::bwd) {
+        backward_end = std::max(backward_end, rec.end);
+      } else if (!is_communication(op.kind) && op.phase == Phase::optimizer) {
+        optimizer_end = std::max(optimizer_end, rec.end);
+      }
+    }
+    CHECK(reduces == 48 + 2);  // once per unit
+    CHECK(first_reduce >= backward_end);
+    CHECK(last_reduce - first_reduce == reduce_busy);  // one queue, no gap: all were ready at once
+    if (zero == 0) {
+      CHECK(gathers == 0);
+      CHECK(r.step_time == optimizer_end);
+    } else {
+      CHECK(gathers == 48 + 2);
+      CHECK(first_gather >= optimizer_end);
+      CHECK(last_gather - first_gather == gather_busy);
+      CHECK(r.step_time == last_gather);
+    }
+    // Overlapped (the default), the step is shorter by at least part of that communication.
+    const Run overlapped = simulate(data_parallel(zero, sync));
+    CHECK(overlapped.result.step_time < r.step_time);
+  }
+}
+
 TEST_CASE("persistent state per rank follows the ZeRO stage: 2 + 4 + 4 + 8 bytes per parameter, sharded stage by stage") {
   // Full training in BF16 with FP32 master weights, gradients and AdamW moments (the defaults).
   const Scenario s0 = test::scenario(data_parallel(0, "auto"));

@@ -41,6 +41,8 @@ struct Plan {
   bool overlap = true;
   int64_t zero_stage = 3;
   std::string gradient_sync = "auto";
+  bool overlap_grad_reduce = true;   // parallel.fsdp.overlap_grad_reduce
+  bool overlap_param_gather = true;  // parallel.fsdp.overlap_param_gather
   std::string offload = "none";
   std::string layers_per_chunk = "[]";
   std::string routing = "{}";
@@ -113,6 +115,8 @@ inline Scenario scenario(const Plan& p) {
           std::to_string(p.replicate) + R"(, "zero_stage": )" + std::to_string(p.zero_stage) +
           R"(, "gradient_sync": ")" + p.gradient_sync + R"(", "reshard_after_forward": )" + (p.reshard ? "true" : "false") +
           (p.offload != "none" ? R"(, "offload": ")" + p.offload + "\"" : std::string()) +
+          (p.overlap_grad_reduce ? "" : R"(, "overlap_grad_reduce": false)") +
+          (p.overlap_param_gather ? "" : R"(, "overlap_param_gather": false)") +
           R"(}, "ep": )" + std::to_string(p.ep) + R"(, "tp": {"degree": )" + std::to_string(p.tp) +
           R"(, "sequence_parallel": )" + (p.sp ? "true" : "false") +
           (p.tp_comm_overlap != "none" ? R"(, "comm_overlap": ")" + p.tp_comm_overlap + "\"" : std::string()) + "}" +

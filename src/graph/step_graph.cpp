@@ -822,10 +822,13 @@ class StepBuilder {
       }
     } else if (zero_stage_ >= 1 && first_micro(micro) && spec_.parallel.fsdp.overlap_param_gather) {
       // The distributed optimizer's parameter all-gather, into the persistent full copy:
-      // overlapped with the next step's first forward, unit by unit (Megatron's
-      // overlap_param_gather), which is this step's first forward in steady state. Not
-      // overlapped, it follows the optimizer step (gather_after_optimizer).
-      gather(w, layer, static_cast<int32_t>(micro), Phase::fwd, sc.first_op_deps, gathered, anchor, false);
+      // overlapped with the next step's first forward (Megatron's overlap_param_gather), which is
+      // this step's first forward in steady state. Every unit's gather is issued at the step's
+      // start, back to back, each unit's first forward waiting for its own: with
+      // align_param_gather (Megatron-Core's default) every pipeline stage launches its gathers
+      // at once rather than as its first forward reaches them. Not overlapped, the gathers
+      // follow the optimizer step (gather_after_optimizer).
+      gather(w, layer, static_cast<int32_t>(micro), Phase::fwd, sc.first_op_deps, gathered, -1, false);
     }
     sc.alloc_at_start = std::move(alloc_first);
     TapeState st = emit_forward(w, tape, policy_for(layer), sc, in.buffer, in.producer);

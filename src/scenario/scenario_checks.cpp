@@ -372,14 +372,17 @@ class ScenarioChecker {
     }
   }
 
-  // Turning an overlap off only where there is one to turn off (docs/pipeline.md, "Data-parallel
-  // communication").
+  // The data-parallel switches only where they act (docs/pipeline.md, "Data-parallel overlap").
   void check_dp_overlap() const {
     const auto& p = spec_.parallel;
     if (!p.fsdp.overlap_grad_reduce && resolved_gradient_sync(p.fsdp, p.pp.stages) == GradientSync::every_micro_batch) {
       fail("/parallel/fsdp/overlap_grad_reduce",
            "false reduces the gradients once, after the step's last backward; gradient_sync resolves to "
            "every_micro_batch here (set it to last_micro_batch)");
+    }
+    if (p.fsdp.prefetch != 1 && p.fsdp.zero_stage < 3) {
+      fail("/parallel/fsdp/prefetch", "paces FSDP2's per-unit gathers (zero_stage 3); zero_stage " + str(p.fsdp.zero_stage) +
+                                          " issues every gather at once, so only the default 1 is accepted");
     }
     if (!p.fsdp.overlap_param_gather && (p.fsdp.zero_stage < 1 || p.fsdp.zero_stage > 2)) {
       fail("/parallel/fsdp/overlap_param_gather",

@@ -102,8 +102,9 @@ void declare_fields(F& f, FsdpSpec& s) {
              "until its backward; under a pipeline schedule, one gather per unit and step, kept to its last backward "
              "(PyTorch's pipelining).");
   f.optional("prefetch", s.prefetch, int64_t{1},
-             "Units gathered ahead of their use; 0: a unit's gathers start only when it is reached (after the compute "
-             "before it), fully exposed.",
+             "FSDP2 (zero_stage 3): units gathered ahead of their use; 0: a unit's gathers start only when it is reached "
+             "(after the compute before it), fully exposed. ZeRO 1-2 issue every gather at once (overlap_param_gather): "
+             "only 1 is accepted there.",
              non_negative(limits::kMaxSmall));
   f.optional("overlap_grad_reduce", s.overlap_grad_reduce, true,
              "Each unit's gradient reduction starts when its backward is done, overlapping the rest of the backward "

@@ -157,6 +157,7 @@ write("offload-parameters-zero2", mutate(scenario, lambda d: d["parallel"]["fsdp
 write("offload-kind", mutate(scenario, setp("/parallel/fsdp/offload", "gradients")), "scenario", "/parallel/fsdp/offload", "gradients")
 write("overlap-grad-reduce-every-micro-batch", mutate(scenario, lambda d: d["parallel"]["fsdp"].update(gradient_sync="every_micro_batch", overlap_grad_reduce=False)), "scenario", "/parallel/fsdp/overlap_grad_reduce", "gradient_sync resolves to every_micro_batch")
 write("overlap-param-gather-fsdp2", mutate(scenario, lambda d: d["parallel"]["fsdp"].update(overlap_param_gather=False)), "scenario", "/parallel/fsdp/overlap_param_gather", "only zero_stage 1-2")
+write("prefetch-zero1", mutate(scenario, lambda d: d["parallel"]["fsdp"].update(zero_stage=1, prefetch=2)), "scenario", "/parallel/fsdp/prefetch", "only the default 1 is accepted")
 write("cce-chunk", mutate(scenario, setp("/loss/vocab_chunk", 0)), "scenario", "/loss/vocab_chunk", "must be positive for the cce loss")
 write("chunk-on-full", mutate(scenario, lambda d: d.update(loss={"kind": "full", "vocab_chunk": 8192})), "scenario", "/loss/vocab_chunk", "only applies to the cce loss")
 write("skew-missing", mutate(scenario, setp("/routing/distribution", "skewed")), "scenario", "/routing/skew", "must be positive for a skewed distribution")

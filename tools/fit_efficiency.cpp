@@ -92,11 +92,11 @@ void print_points(const KernelPointsFile& file) {
 
 void print_constants(const KernelPointsFile& file) {
   std::printf("\n| hardware | field | published | of | ratio | shipped | source |\n|---|---|---|---|---|---|---|\n");
-  for (const CollectiveConstant& c : file.constants) {
+  for (const EfficiencyConstant& c : file.constants) {
     const HardwareSpec hw = load_hardware(read_input(c.hardware, "hardware", "HARDWARE"));
     std::printf("| %s | %s | %.1f GB/s | %.1f GB/s | %.4f | %.3f | %s |\n", c.hardware.c_str(), c.field.c_str(),
                 c.value_bytes_per_s / 1e9, c.link_bytes_per_s / 1e9, c.efficiency(),
-                collective_named(hw.efficiency, c.field), c.source.c_str());
+                constant_named(hw.efficiency, c.field), c.source.c_str());
   }
 }
 

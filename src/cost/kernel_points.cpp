@@ -211,16 +211,16 @@ KernelPointsFile load_kernel_points(const InputText& input) {
     for (size_t i = 0; i < cs.size(); ++i) {
       const std::string path = "/constants/" + std::to_string(i);
       const json& c = r.object(cs[i], path, {"hardware", "field", "value", "of", "source"});
-      CollectiveConstant k;
+      EfficiencyConstant k;
       k.hardware = r.text(c, path, "hardware");
       k.field = r.text(c, path, "field");
-      if (k.field != "collective" && k.field != "collective_scale_out") {
-        r.fail(path + "/field", "must be collective or collective_scale_out");
+      if (k.field != "collective" && k.field != "collective_scale_out" && k.field != "memory") {
+        r.fail(path + "/field", "must be collective, collective_scale_out or memory");
       }
       k.source = known_source(c, path);
       k.value_bytes_per_s = r.bandwidth(c, path, "value");
       k.link_bytes_per_s = r.bandwidth(c, path, "of");
-      if (k.value_bytes_per_s > k.link_bytes_per_s) r.fail(path + "/value", "exceeds the link bandwidth ('of')");
+      if (k.value_bytes_per_s > k.link_bytes_per_s) r.fail(path + "/value", "exceeds the peak it is a fraction of ('of')");
       out.constants.push_back(k);
     }
   }
@@ -249,10 +249,11 @@ std::optional<EfficiencyCurve> curve_named(const EfficiencySpec& e, std::string_
   throw std::invalid_argument("curve_named: no curve " + std::string(curve));
 }
 
-double collective_named(const EfficiencySpec& e, std::string_view field) {
+double constant_named(const EfficiencySpec& e, std::string_view field) {
   if (field == "collective_scale_out") return e.collective_scale_out.value_or(e.collective);
   if (field == "collective") return e.collective;
-  throw std::invalid_argument("collective_named: no field " + std::string(field));
+  if (field == "memory") return e.memory;
+  throw std::invalid_argument("constant_named: no field " + std::string(field));
 }
 
 }  // namespace moesim

@@ -21,7 +21,8 @@
 // x = seq stands for the cost model's query rows of one micro-batch: the published attention
 // benchmarks vary the sequence at a fixed batch x sequence, so the fitted curve is exact for
 // micro-batches of one sequence.
-// Constants are single published ratios (a collective's bus bandwidth over its link's): value / of.
+// Constants are single measured or published ratios, value / of: a collective's bus bandwidth over
+// its link's, or memory-bound kernels' bandwidth over the HBM peak.
 #pragma once
 
 #include <map>
@@ -62,12 +63,12 @@ struct CurveFitSpec {
   std::vector<KernelPoint> points() const;  // every set's, in order
 };
 
-struct CollectiveConstant {
+struct EfficiencyConstant {
   std::string hardware;
-  std::string field;  // collective | collective_scale_out
+  std::string field;  // collective | collective_scale_out | memory
   std::string source;
-  double value_bytes_per_s = 0;  // the published bus bandwidth
-  double link_bytes_per_s = 0;   // the link it runs over, each way
+  double value_bytes_per_s = 0;  // the bus bandwidth, or the kernels' memory bandwidth, reached
+  double link_bytes_per_s = 0;   // the link it runs over (each way), or the HBM peak
 
   double efficiency() const { return value_bytes_per_s / link_bytes_per_s; }
 };
@@ -75,7 +76,7 @@ struct CollectiveConstant {
 struct KernelPointsFile {
   std::map<std::string, KernelPointSource> sources;
   std::vector<CurveFitSpec> fits;
-  std::vector<CollectiveConstant> constants;
+  std::vector<EfficiencyConstant> constants;
 };
 
 // Throws InputError (file and JSON path) on anything malformed: unknown keys, missing columns,
@@ -85,8 +86,8 @@ KernelPointsFile load_kernel_points(const InputText& input);
 // The named curve of an efficiency block; nullopt for an absent optional curve. Throws
 // std::invalid_argument for a name that is no curve (the loader admits only curve names).
 std::optional<EfficiencyCurve> curve_named(const EfficiencySpec& e, std::string_view curve);
-// The named collective efficiency, as the cost model resolves it (collective_scale_out defaults
+// The named efficiency constant, as the cost model resolves it (collective_scale_out defaults
 // to collective).
-double collective_named(const EfficiencySpec& e, std::string_view field);
+double constant_named(const EfficiencySpec& e, std::string_view field);
 
 }  // namespace moesim

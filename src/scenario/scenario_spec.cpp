@@ -112,8 +112,9 @@ void declare_fields(F& f, FsdpSpec& s) {
              "the step's last backward op, exposed (Megatron-LM without --overlap-grad-reduce, DeepSpeed's pipeline "
              "engine); needs gradients reduced once per step.");
   f.optional("overlap_param_gather", s.overlap_param_gather, true,
-             "zero_stage 1-2: the distributed optimizer's parameter all-gather overlaps the next step's first forward, "
-             "unit by unit (Megatron --overlap-param-gather). false: it runs after the optimizer step, exposed "
+             "zero_stage 1-2: the distributed optimizer's parameter all-gathers overlap the next step's first forward: "
+             "issued at the step's start on every stage, each unit's forward waiting for its own (Megatron "
+             "--overlap-param-gather with align_param_gather). false: they run after the optimizer step, exposed "
              "(Megatron-LM without the flag, DeepSpeed ZeRO-1/2).");
   f.optional("offload", s.offload, OffloadKind::none,
              "CPU offload of persistent state to host memory, the optimizer step on the CPU: none; optimizer "

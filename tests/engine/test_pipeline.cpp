@@ -242,6 +242,33 @@ TEST_CASE("without DP overlap the reductions follow the backward and the gathers
   }
 }
 
+TEST_CASE("the distributed optimizer's overlapped gathers start with the step on every stage, back to back") {
+  // Megatron-Core's align_param_gather: no stage waits for its first forward to issue them, so
+  // they do not add up along the pipeline's fill.
+  Plan plan = uniform_pipeline(4, 1, 16);
+  plan.devices = 8;  // the distributed optimizer over 2 data-parallel ranks per stage
+  plan.shard = 2;
+  const Run run = simulate(plan, true);
+  const StepResult& r = run.result;
+  REQUIRE(r.timeline.records.size() == ops_of_all_ranks(run.graph));
+  for (int32_t rank = 0; rank < 8; ++rank) {
+    CAPTURE(rank);
+    Picoseconds first = INT64_MAX, last = 0, busy = 0;
+    int64_t gathers = 0;
+    for (const ExecRecord& rec : r.timeline.records) {
+      const Program& prog = run.graph.programs[static_cast<size_t>(rec.program)];
+      if (rec.rank != rank || !prog.name_of(prog.ops[rec.op]).ends_with("all_gather.params")) continue;
+      ++gathers;
+      first = std::min(first, rec.start);
+      last = std::max(last, rec.end);
+      busy += rec.end - rec.start;
+    }
+    CHECK(gathers > 0);
+    CHECK(first == 0);
+    CHECK(last - first == busy);
+  }
+}
+
 TEST_CASE("persistent state per rank follows the ZeRO stage: 2 + 4 + 4 + 8 bytes per parameter, sharded stage by stage") {
   // Full training in BF16 with FP32 master weights, gradients and AdamW moments (the defaults).
   const Scenario s0 = test::scenario(data_parallel(0, "auto"));

@@ -164,8 +164,24 @@ double CostModel::kernel_seconds(const Op& op, double rows_scale) const {
     if (table && *table) return flops / (*table)->at(x) + cast_s + launch_s;
     t = flops / (peak(op.dtype) * efficiency(op, rows_scale));
   }
-  if (bytes > 0) t = std::max(t, bytes / memory_bandwidth(bytes));
+  if (bytes > 0) t = std::max(t, bytes / memory_bandwidth(op.kind, bytes));
   return t + cast_s + launch_s;
+}
+
+double CostModel::memory_bandwidth(OpKind kind, double bytes) const {
+  const Calibration* cal = calibration_.get();
+  if ((cal && cal->memory_bytes_per_s) || !hw_.efficiency.memory_by_kind) return memory_bandwidth(bytes);
+  const MemoryKindsSpec& k = *hw_.efficiency.memory_by_kind;
+  std::optional<double> fraction;
+  switch (kind) {
+    case OpKind::norm: fraction = k.norm; break;
+    case OpKind::activation: fraction = k.activation; break;
+    case OpKind::elementwise: fraction = k.elementwise; break;
+    case OpKind::optimizer: fraction = k.optimizer; break;
+    case OpKind::dp_copy: fraction = k.dp_copy; break;
+    default: break;
+  }
+  return fraction ? hw_.device.hbm_bandwidth.value * *fraction : memory_bandwidth(bytes);
 }
 
 double CostModel::memory_bandwidth(double bytes) const {

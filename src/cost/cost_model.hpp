@@ -88,6 +88,9 @@ class CostModel {
   // What a memory-bound kernel moving `bytes` reaches: the calibrated memory table at that size,
   // or the HBM bandwidth times the memory efficiency.
   double memory_bandwidth(double bytes) const;
+  // The same for a kernel of `kind`: without a calibrated table, the hardware's fraction for that
+  // kind (efficiency.memory_by_kind) where it has one.
+  double memory_bandwidth(OpKind kind, double bytes) const;
   // A collective or point-to-point op over a group placed as given, with `bytes` in nccl-tests'
   // convention (op.comm_bytes, or a sampled value for all-to-all-v).
   CollectiveCost collective(OpKind kind, double bytes, const GroupPlacement& group) const;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <stdexcept>
 
 #include "core/enum_names.hpp"
@@ -214,8 +215,13 @@ KernelPointsFile load_kernel_points(const InputText& input) {
       EfficiencyConstant k;
       k.hardware = r.text(c, path, "hardware");
       k.field = r.text(c, path, "field");
-      if (k.field != "collective" && k.field != "collective_scale_out" && k.field != "memory") {
-        r.fail(path + "/field", "must be collective, collective_scale_out or memory");
+      static const std::set<std::string> fields = {"collective",          "collective_scale_out",     "memory",
+                                                   "memory_by_kind.norm", "memory_by_kind.activation",
+                                                   "memory_by_kind.elementwise", "memory_by_kind.optimizer",
+                                                   "memory_by_kind.dp_copy"};
+      if (!fields.contains(k.field)) {
+        r.fail(path + "/field", "must be collective, collective_scale_out, memory or memory_by_kind.<norm | activation | "
+                                "elementwise | optimizer | dp_copy>");
       }
       k.source = known_source(c, path);
       k.value_bytes_per_s = r.bandwidth(c, path, "value");
@@ -253,6 +259,19 @@ double constant_named(const EfficiencySpec& e, std::string_view field) {
   if (field == "collective_scale_out") return e.collective_scale_out.value_or(e.collective);
   if (field == "collective") return e.collective;
   if (field == "memory") return e.memory;
+  if (field.starts_with("memory_by_kind.")) {
+    const std::string_view kind = field.substr(field.find('.') + 1);
+    const std::optional<MemoryKindsSpec>& k = e.memory_by_kind;
+    const std::optional<double> v = !k                      ? std::nullopt
+                                    : kind == "norm"        ? k->norm
+                                    : kind == "activation"  ? k->activation
+                                    : kind == "elementwise" ? k->elementwise
+                                    : kind == "optimizer"   ? k->optimizer
+                                    : kind == "dp_copy"     ? k->dp_copy
+                                                            : std::nullopt;
+    if (!v) throw std::invalid_argument("constant_named: the hardware has no " + std::string(field));
+    return *v;
+  }
   throw std::invalid_argument("constant_named: no field " + std::string(field));
 }
 

@@ -121,6 +121,15 @@ void declare_fields(F& f, AttentionKernelsSpec& s) {
 }
 
 template <class F>
+void declare_fields(F& f, MemoryKindsSpec& s) {
+  f.maybe("norm", s.norm, "RMSNorm and LayerNorm kernels, forward and backward.", between(0.01, 1));
+  f.maybe("activation", s.activation, "Activation kernels (SiLU, GELU, the SwiGLU product).", between(0.01, 1));
+  f.maybe("elementwise", s.elementwise, "Other elementwise kernels (residual adds, scaling, RoPE).", between(0.01, 1));
+  f.maybe("optimizer", s.optimizer, "The optimizer step's kernels (fused AdamW).", between(0.01, 1));
+  f.maybe("dp_copy", s.dp_copy, "Data-parallel wrappers' copies and casts around their collectives.", between(0.01, 1));
+}
+
+template <class F>
 void declare_fields(F& f, EfficiencySpec& s) {
   f.required("gemm", s.gemm, "GEMMs, by their smallest dimension.");
   f.required("grouped_gemm", s.grouped_gemm, "Expert grouped GEMMs, by rows (tokens) per expert.");
@@ -132,6 +141,8 @@ void declare_fields(F& f, EfficiencySpec& s) {
           "(fused_ops.attention_kernel); absent: only attention and attention_backward.");
   f.required("linear_attention", s.linear_attention, "KDA kernels, by tokens.");
   f.required("memory", s.memory, "Fraction of HBM bandwidth memory-bound kernels reach.", between(0.01, 1));
+  f.maybe("memory_by_kind", s.memory_by_kind,
+          "Memory-bound kernels of these kinds at their own fraction of HBM bandwidth; absent kinds: memory.");
   f.required("host_copy", s.host_copy, "Fraction of the host-memory bandwidth copies reach.", between(0.01, 1));
   f.required("collective", s.collective,
              "Bus bandwidth of a large collective as a fraction of the scale-up port bandwidth (and of the NIC "

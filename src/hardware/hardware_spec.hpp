@@ -124,6 +124,12 @@ struct AttentionKernelsSpec {
   const AttentionKernelCurves* of(AttentionKernel kernel) const;
 };
 
+// Memory-bound kernels of one kind at their own fraction of the HBM bandwidth, where measurements
+// show kinds apart (norms reach far less than copies); absent: EfficiencySpec::memory.
+struct MemoryKindsSpec {
+  std::optional<double> norm, activation, elementwise, optimizer, dp_copy;
+};
+
 // How close kernels and collectives get to the peaks, by kind. Measured where a measurement is
 // cited in the file's doc, otherwise explicit assumptions; a calibration file refines them.
 struct EfficiencySpec {
@@ -137,6 +143,7 @@ struct EfficiencySpec {
   std::optional<AttentionKernelsSpec> attention_kernels;
   EfficiencyCurve linear_attention;  // KDA kernels; x = tokens
   double memory = 0.85;              // fraction of HBM bandwidth memory-bound kernels reach
+  std::optional<MemoryKindsSpec> memory_by_kind;  // kinds that reach another fraction
   double host_copy = 0.9;            // fraction of the host-memory bandwidth copies reach
   double collective = 0.75;          // bus bandwidth of a large collective / scale-up port bandwidth
   // The same over the scale-out NICs (bus bandwidth / NIC bandwidth); absent: `collective`.

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -57,16 +58,30 @@ TEST_CASE("a large GEMM runs at the curve's efficiency of the peak, plus the lau
   CHECK(tflops < 815);
 }
 
-TEST_CASE("a memory-bound op takes its bytes over the HBM bandwidth reached") {
-  const HardwareSpec hw = h200();
-  const CostModel cost(hw);
-  Op op;
-  op.kind = OpKind::elementwise;
-  op.flops = 1e9;
-  op.bytes_read = 4e9;
-  op.bytes_written = 4e9;
-  CHECK(cost.kernel_seconds(op) ==
-        doctest::Approx(8e9 / (4.8e12 * hw.efficiency.memory) + hw.device.kernel_launch_overhead.value));
+TEST_CASE("a memory-bound op takes its bytes over the HBM bandwidth its kind reaches") {
+  HardwareSpec hw = h200();
+  REQUIRE(hw.efficiency.memory_by_kind.has_value());
+  const MemoryKindsSpec kinds = *hw.efficiency.memory_by_kind;
+  const double launch = hw.device.kernel_launch_overhead.value;
+  auto seconds = [](const HardwareSpec& h, OpKind kind) {
+    Op op;
+    op.kind = kind;
+    op.flops = 1e9;
+    op.bytes_read = 4e9;
+    op.bytes_written = 4e9;
+    return CostModel(h).kernel_seconds(op);
+  };
+  for (const auto& [kind, fraction] : {std::pair{OpKind::norm, kinds.norm}, std::pair{OpKind::activation, kinds.activation},
+                                       std::pair{OpKind::elementwise, kinds.elementwise},
+                                       std::pair{OpKind::optimizer, kinds.optimizer}, std::pair{OpKind::dp_copy, kinds.dp_copy}}) {
+    CAPTURE(static_cast<int>(kind));
+    REQUIRE(fraction.has_value());
+    CHECK(seconds(hw, kind) == doctest::Approx(8e9 / (4.8e12 * *fraction) + launch));
+  }
+  // A kind the file does not name, and every kind without memory_by_kind: the memory fraction.
+  CHECK(seconds(hw, OpKind::cross_entropy) == doctest::Approx(8e9 / (4.8e12 * hw.efficiency.memory) + launch));
+  hw.efficiency.memory_by_kind.reset();
+  CHECK(seconds(hw, OpKind::norm) == doctest::Approx(8e9 / (4.8e12 * hw.efficiency.memory) + launch));
 }
 
 TEST_CASE("skinny GEMMs and few tokens per expert run below the large-GEMM efficiency") {

@@ -232,7 +232,7 @@ TEST_CASE("local-first on two ranks: the MoE block's timeline as the queues and 
   CHECK(when[lact].second == doctest::Approx(lact_end).epsilon(1e-12));
   CHECK(when[up].first == doctest::Approx(up_start).epsilon(1e-12));
   CHECK(when[down].second == doctest::Approx(down_end).epsilon(1e-12));
-  CHECK(when[combine].first >= down_end);
+  CHECK(when[combine].first >= down_end - 1e-12);  // the engine's clock ticks in picoseconds
   CHECK(when[ldown].first == doctest::Approx(down_end).epsilon(1e-12));
   CHECK(when[ldown].second == doctest::Approx(ldown_end).epsilon(1e-12));
   CHECK(when[unpermute].first == doctest::Approx(unpermute_start).epsilon(1e-12));

@@ -34,7 +34,7 @@ def time_op(fn, repeats=30, warmup=5):
 
 
 def cases(tokens, hidden, ffn, dtype):
-    """(name, kernels, bytes, fn) per memory-bound op of a Llama-style layer at these sizes."""
+    """(name, bytes, fn) per memory-bound op of a Llama-style layer at these sizes."""
     dev = "cuda"
     e = torch.tensor([], dtype=dtype).element_size()
     x = torch.randn(tokens, hidden, device=dev, dtype=dtype)
@@ -44,15 +44,16 @@ def cases(tokens, hidden, ffn, dtype):
     w = torch.randn(hidden, device=dev, dtype=dtype)
     out = torch.empty_like(x)
     n_h, n_f = tokens * hidden, tokens * ffn
-    yield "copy", 1, 2 * n_h * e, lambda: out.copy_(x)
-    yield "add (residual)", 1, 3 * n_h * e, lambda: torch.add(x, y, out=out)
-    yield "mul", 1, 3 * n_h * e, lambda: torch.mul(x, y, out=out)
-    yield "silu", 1, 2 * n_f * e, lambda: torch.nn.functional.silu(gate)
-    yield "silu(gate) * up, eager", 2, 5 * n_f * e, lambda: torch.nn.functional.silu(gate) * up
-    yield "gelu tanh", 1, 2 * n_f * e, lambda: torch.nn.functional.gelu(gate, approximate="tanh")
-    yield "rms_norm", None, 2 * n_h * e, lambda: torch.nn.functional.rms_norm(x, (hidden,), w)
-    yield "layer_norm", 1, 2 * n_h * e, lambda: torch.nn.functional.layer_norm(x, (hidden,), w)
-    yield "softmax (last dim)", 1, 2 * n_f * e, lambda: torch.softmax(gate, dim=-1)
+    yield "copy", 2 * n_h * e, lambda: out.copy_(x)
+    yield "add (residual)", 3 * n_h * e, lambda: torch.add(x, y, out=out)
+    yield "mul", 3 * n_h * e, lambda: torch.mul(x, y, out=out)
+    yield "silu", 2 * n_f * e, lambda: torch.nn.functional.silu(gate)
+    # Two kernels: silu writes its output, the product reads it back.
+    yield "silu(gate) * up, eager", 5 * n_f * e, lambda: torch.nn.functional.silu(gate) * up
+    yield "gelu tanh", 2 * n_f * e, lambda: torch.nn.functional.gelu(gate, approximate="tanh")
+    yield "rms_norm", 2 * n_h * e, lambda: torch.nn.functional.rms_norm(x, (hidden,), w)
+    yield "layer_norm", 2 * n_h * e, lambda: torch.nn.functional.layer_norm(x, (hidden,), w)
+    yield "softmax (last dim)", 2 * n_f * e, lambda: torch.softmax(gate, dim=-1)
     # AdamW over one 1 GB-class parameter group, fp32 states: reads param, grad, exp_avg, exp_avg_sq
     # and writes param, exp_avg, exp_avg_sq (7 x 4 bytes per parameter).
     n_p = 64 * 1024 * 1024
@@ -64,7 +65,7 @@ def cases(tokens, hidden, ffn, dtype):
     def adamw():
         torch._fused_adamw_(ps, gs, m1, m2, [], steps, lr=1e-4, beta1=0.9, beta2=0.95, weight_decay=0.1, eps=1e-8,
                             amsgrad=False, maximize=False)
-    yield "fused AdamW (fp32)", 1, 7 * 4 * n_p, adamw
+    yield "fused AdamW (fp32)", 7 * 4 * n_p, adamw
 
 
 def main():
@@ -76,7 +77,7 @@ def main():
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     print(f"{'op':28s} {'tokens':>6s} {'MB':>8s} {'us':>9s} {'TB/s':>6s} {'of peak':>7s}")
     for tokens, hidden, ffn in ((8192, 4096, 14336), (16384, 8192, 28672)):
-        for name, _, nbytes, fn in cases(tokens, hidden, ffn, torch.bfloat16):
+        for name, nbytes, fn in cases(tokens, hidden, ffn, torch.bfloat16):
             try:
                 t = time_op(fn)
             except (RuntimeError, AttributeError, TypeError) as err:  # an op this PyTorch lacks

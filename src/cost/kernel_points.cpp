@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <stdexcept>
 
 #include "core/enum_names.hpp"
@@ -16,6 +15,14 @@ namespace moesim {
 namespace {
 
 using nlohmann::json;
+
+constexpr std::string_view kMemoryByKind = "memory_by_kind.";  // + a MemoryKindsSpec kind
+
+bool is_constant_field(std::string_view field) {
+  if (field == "collective" || field == "collective_scale_out" || field == "memory") return true;
+  if (!field.starts_with(kMemoryByKind)) return false;
+  return std::ranges::find(MemoryKindsSpec::kinds, field.substr(kMemoryByKind.size())) != MemoryKindsSpec::kinds.end();
+}
 
 class Reader {
  public:
@@ -215,11 +222,7 @@ KernelPointsFile load_kernel_points(const InputText& input) {
       EfficiencyConstant k;
       k.hardware = r.text(c, path, "hardware");
       k.field = r.text(c, path, "field");
-      static const std::set<std::string> fields = {"collective",          "collective_scale_out",     "memory",
-                                                   "memory_by_kind.norm", "memory_by_kind.activation",
-                                                   "memory_by_kind.elementwise", "memory_by_kind.optimizer",
-                                                   "memory_by_kind.dp_copy"};
-      if (!fields.contains(k.field)) {
+      if (!is_constant_field(k.field)) {
         r.fail(path + "/field", "must be collective, collective_scale_out, memory or memory_by_kind.<norm | activation | "
                                 "elementwise | optimizer | dp_copy>");
       }
@@ -259,16 +262,8 @@ double constant_named(const EfficiencySpec& e, std::string_view field) {
   if (field == "collective_scale_out") return e.collective_scale_out.value_or(e.collective);
   if (field == "collective") return e.collective;
   if (field == "memory") return e.memory;
-  if (field.starts_with("memory_by_kind.")) {
-    const std::string_view kind = field.substr(field.find('.') + 1);
-    const std::optional<MemoryKindsSpec>& k = e.memory_by_kind;
-    const std::optional<double> v = !k                      ? std::nullopt
-                                    : kind == "norm"        ? k->norm
-                                    : kind == "activation"  ? k->activation
-                                    : kind == "elementwise" ? k->elementwise
-                                    : kind == "optimizer"   ? k->optimizer
-                                    : kind == "dp_copy"     ? k->dp_copy
-                                                            : std::nullopt;
+  if (field.starts_with(kMemoryByKind)) {
+    const std::optional<double> v = e.memory_by_kind ? e.memory_by_kind->of(field.substr(kMemoryByKind.size())) : std::nullopt;
     if (!v) throw std::invalid_argument("constant_named: the hardware has no " + std::string(field));
     return *v;
   }

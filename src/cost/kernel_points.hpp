@@ -65,7 +65,7 @@ struct CurveFitSpec {
 
 struct EfficiencyConstant {
   std::string hardware;
-  std::string field;  // collective | collective_scale_out | memory
+  std::string field;  // collective | collective_scale_out | memory | memory_by_kind.<MemoryKindsSpec kind>
   std::string source;
   double value_bytes_per_s = 0;  // the bus bandwidth, or the kernels' memory bandwidth, reached
   double link_bytes_per_s = 0;   // the link it runs over (each way), or the HBM peak

@@ -2,6 +2,8 @@
 // Field declarations and consistency checks of hardware/*.json.
 #include "hardware/hardware_spec.hpp"
 
+#include <stdexcept>
+
 #include "core/fields.hpp"
 #include "core/limits.hpp"
 
@@ -248,6 +250,15 @@ std::optional<double> CommunicatorBytes::largest() const {
     if (x && (!out || *x > *out)) out = x;
   }
   return out;
+}
+
+std::optional<double> MemoryKindsSpec::of(std::string_view kind) const {
+  if (kind == "norm") return norm;
+  if (kind == "activation") return activation;
+  if (kind == "elementwise") return elementwise;
+  if (kind == "optimizer") return optimizer;
+  if (kind == "dp_copy") return dp_copy;
+  throw std::invalid_argument("MemoryKindsSpec: no kind " + std::string(kind));
 }
 
 const AttentionKernelCurves* AttentionKernelsSpec::of(AttentionKernel kernel) const {

@@ -128,6 +128,11 @@ struct AttentionKernelsSpec {
 // show kinds apart (norms reach far less than copies); absent: EfficiencySpec::memory.
 struct MemoryKindsSpec {
   std::optional<double> norm, activation, elementwise, optimizer, dp_copy;
+
+  // The kinds by their names in the file, and the fraction of one of them (nullopt when the file
+  // gives none; std::invalid_argument for a name that is no kind).
+  static constexpr std::array<std::string_view, 5> kinds = {"norm", "activation", "elementwise", "optimizer", "dp_copy"};
+  std::optional<double> of(std::string_view kind) const;
 };
 
 // How close kernels and collectives get to the peaks, by kind. Measured where a measurement is

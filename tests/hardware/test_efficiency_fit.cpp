@@ -160,4 +160,7 @@ TEST_CASE("a malformed points file is an input error naming the file and JSON pa
   CHECK_THROWS_AS(load(head + R"("fits": [{"hardware": "h", "curve": "softmax", "dtype": "bf16", "sets": []}]})"), InputError);
   CHECK_THROWS_AS(load(head + R"("fits": [], "constants": [{"hardware": "h", "field": "collective", "value": "500 GB/s", "of": "450 GB/s", "source": "s"}]})"), InputError);
   CHECK_THROWS_AS(load(head + R"("fits": [], "constants": [{"hardware": "h", "field": "collective", "value": "5 GB/s", "of": "45 GB/s", "source": "nobody"}]})"), InputError);
+  // A memory kind the hardware files have no field for.
+  CHECK_THROWS_AS(load(head + R"("fits": [], "constants": [{"hardware": "h", "field": "memory_by_kind.softmax", "value": "5 GB/s", "of": "45 GB/s", "source": "s"}]})"), InputError);
+  CHECK_NOTHROW(load(head + R"("fits": [], "constants": [{"hardware": "h", "field": "memory_by_kind.norm", "value": "5 GB/s", "of": "45 GB/s", "source": "s"}]})"));
 }

@@ -425,8 +425,34 @@ class StepBuilder {
   // the unit's pre-forward (or pre-backward) hook waits for the gather; over a group of one rank
   // there is no all-gather, and the cast and copy fill the unsharded parameters on the compute
   // queue.
+  // An FSDP2 copy-out: the all-gather's flat output split into the unit's parameters, on the
+  // compute stream once the unit is reached.
+  struct CopyOut {
+    int64_t layer;
+    int32_t micro;
+    Phase phase;
+    CopyBytes bytes;
+    uint32_t all_gather;
+    uint32_t flat;
+    double param_bytes;
+    std::string name;
+    std::string buffer_name;
+  };
+  void copy_out(ProgramWriter& w, const CopyOut& o, std::vector<uint32_t>& ops, std::vector<uint32_t>& buffers) {
+    const uint32_t c = dp_copy(w, OpKind::dp_copy, o.layer, o.micro, o.phase, o.bytes, std::nullopt, o.name);
+    w.order_after(c, o.all_gather);
+    const uint32_t b = w.buffer(o.param_bytes, MemCategory::gathered_params, o.buffer_name);
+    w.effect(c, b, MemAction::alloc);
+    w.effect(c, o.flat, MemAction::free);
+    ops.push_back(c);
+    buffers.push_back(b);
+  }
+
+  // A unit's parameter all-gathers (and their copy-ins and copy-outs), each after op `after`; `ops`
+  // gets what the unit's first op waits for, `buffers` the gathered parameters. With `later`, the
+  // copy-outs are left there for the unit to emit when it is reached (a prefetched gather).
   void gather(ProgramWriter& w, int64_t layer, int32_t micro, Phase phase, std::vector<uint32_t>& ops,
-              std::vector<uint32_t>& buffers, int64_t after, bool allocate) {
+              std::vector<uint32_t>& buffers, int64_t after, bool allocate, std::vector<CopyOut>* later = nullptr) {
     const Unit& u = units_.at(layer);
     const auto& prec = spec_.training.precision;
     const double bytes = dtype_bytes(prec.params);
@@ -501,14 +527,13 @@ class StepBuilder {
       const uint32_t flat = w.buffer(params * bytes, MemCategory::gathered_params, prefix + "all_gather_output." + what);
       w.effect(i, flat, MemAction::alloc);
       if (h2d >= 0) w.effect(i, shard, MemAction::free);
-      const uint32_t c = dp_copy(w, OpKind::dp_copy, layer, micro, phase, copies.copy_out, std::nullopt,
-                                 prefix + "fsdp_copy_out." + what);
-      w.order_after(c, i);
-      const uint32_t b = w.buffer(params * bytes, MemCategory::gathered_params, prefix + "gathered." + what);
-      w.effect(c, b, MemAction::alloc);
-      w.effect(c, flat, MemAction::free);
-      ops.push_back(c);
-      buffers.push_back(b);
+      CopyOut out{layer, micro, phase, copies.copy_out, i, flat, params * bytes, prefix + "fsdp_copy_out." + what,
+                  prefix + "gathered." + what};
+      if (later != nullptr) {
+        later->push_back(std::move(out));
+      } else {
+        copy_out(w, out, ops, buffers);
+      }
     };
     one(GroupKind::fsdp, u.params, u.trainable, "params");
     one(GroupKind::edp, u.expert_params, u.expert_trainable, "experts");
@@ -867,6 +892,10 @@ class StepBuilder {
     const auto& layers = place.layers;
     Boundary grad{0, -1};
     int64_t anchor = -1;
+    backward_order_.clear();
+    if (place.last) backward_order_.push_back(m_.num_layers + 1);
+    backward_order_.insert(backward_order_.end(), layers.rbegin(), layers.rend());
+    if (place.first && c_.train_base) backward_order_.push_back(0);
     if (place.last) {
       const int64_t head = m_.num_layers + 1;
       auto [dx, producer] = emit_loss_backward(w, c_, policy_for(head), mi, loss_.at(micro));
@@ -924,9 +953,16 @@ class StepBuilder {
         gathered = held_for_step_.at(layer);
         held_for_step_.erase(layer);
       }
-    } else if (zero_stage_ >= 3 && spec_.parallel.fsdp.reshard_after_forward) {
-      gather(w, layer, static_cast<int32_t>(micro), Phase::bwd, sc.first_op_deps, gathered, prefetch_anchor_backward(w, layer),
-             true);
+    } else if (regathers_in_backward()) {
+      if (auto it = prefetched_.find({micro, layer}); it != prefetched_.end()) {
+        sc.first_op_deps = std::move(it->second.ops);
+        gathered = std::move(it->second.buffers);
+        for (const CopyOut& o : it->second.copy_outs) copy_out(w, o, sc.first_op_deps, gathered);
+        prefetched_.erase(it);
+      } else {
+        gather(w, layer, static_cast<int32_t>(micro), Phase::bwd, sc.first_op_deps, gathered,
+               prefetch_anchor_backward(w, layer), true);
+      }
     } else if (zero_stage_ >= 3) {
       gathered = held_.at({micro, layer});
       held_.erase({micro, layer});
@@ -937,6 +973,7 @@ class StepBuilder {
     TapeState& st = states_.at({micro, layer});
     const BackwardResult r = emit_backward(w, tape, policy_for(layer), sc, st, grad_out.buffer, grad_out.producer, anchor);
     first_bwd_op_[layer] = r.first_compute_op;
+    prefetch_backward_gathers(w, layer, micro, r.first_compute_op);
     if (defer_weights_) {
       // The weight gradients, and the reduction that needs them, wait for the weight pass.
       held_back_.back().units.push_back(DeferredUnit{layer, r.last_op, r.weight_grads, grads});
@@ -991,6 +1028,30 @@ class StepBuilder {
       reduce_unit(w, d.layer, d.micro, end >= 0 ? static_cast<uint32_t>(end) : grads_done_.at(d.layer), d.grads);
     }
     deferred_reductions_.clear();
+  }
+
+  // ZeRO-3 with reshard_after_forward gathers every unit again for its backward.
+  bool regathers_in_backward() const {
+    return !gather_once_per_step_ && zero_stage_ >= 3 && spec_.parallel.fsdp.reshard_after_forward;
+  }
+
+  // FSDP2's backward prefetch: a unit's pre-backward hook issues the gathers of the next `prefetch`
+  // units of the backward, and its post-backward hook the unit's gradient reduction, so on the
+  // data-parallel queues the next unit's all-gather comes before this unit's reduce-scatter (on
+  // one communicator NCCL runs them in issue order). Emitted here, between the unit's backward and
+  // its reduction, each gather starting with the unit's first backward (or recompute) op; the
+  // copy-outs wait for the unit itself (its pre-backward hook, after this unit's post-backward).
+  void prefetch_backward_gathers(ProgramWriter& w, int64_t layer, int64_t micro, uint32_t first_op) {
+    const int64_t k = spec_.parallel.fsdp.prefetch;
+    if (!regathers_in_backward() || k == 0) return;
+    auto here = std::find(backward_order_.begin(), backward_order_.end(), layer);
+    if (here == backward_order_.end()) return;
+    const auto ahead = std::min<int64_t>(k, std::distance(here, backward_order_.end()) - 1);
+    for (auto next = here + 1; next != here + 1 + ahead; ++next) {
+      if (prefetched_.contains({micro, *next})) continue;
+      Prefetched& p = prefetched_[{micro, *next}];
+      gather(w, *next, static_cast<int32_t>(micro), Phase::bwd, p.ops, p.buffers, first_op, true, &p.copy_outs);
+    }
   }
 
   int64_t prefetch_anchor_backward(const ProgramWriter& w, int64_t layer) const {
@@ -1134,6 +1195,13 @@ class StepBuilder {
   std::map<int64_t, LossState> loss_;
   std::map<int64_t, uint32_t> first_fwd_op_;
   std::map<int64_t, uint32_t> first_bwd_op_;
+  struct Prefetched {
+    std::vector<uint32_t> ops;        // the unit's first backward op waits for these
+    std::vector<uint32_t> buffers;    // freed at the unit's backward end
+    std::vector<CopyOut> copy_outs;   // emitted when the unit is reached
+  };
+  std::map<std::pair<int64_t, int64_t>, Prefetched> prefetched_;  // (micro, layer): gathered ahead of its backward
+  std::vector<int64_t> backward_order_;                           // units of the backward being emitted, in order
   std::map<int64_t, std::vector<uint32_t>> last_reduce_;  // per layer, each gradient part's last reduction
   std::map<int64_t, std::vector<uint32_t>> step_grads_;   // per layer, its per-step gradient buffers
   std::set<std::pair<int64_t, std::string>> step_grads_held_;  // (layer, part) whose buffer exists

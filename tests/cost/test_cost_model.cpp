@@ -52,10 +52,12 @@ TEST_CASE("a large GEMM runs at the curve's efficiency of the peak, plus the lau
   const Op op = gemm(8192, 8192, 8192);
   const double eff = hw.efficiency.gemm.max * 8192 / (8192 + hw.efficiency.gemm.half_at);
   CHECK(cost.kernel_seconds(op) == doctest::Approx(op.flops / (989e12 * eff) + hw.device.kernel_launch_overhead.value));
-  // Measured with cuBLAS on an H200: ~790-807 TFLOP/s (docs/modelling.md#measured-on-h200).
+  // Measured on an H200 back to back, at its 700 W limit: 649 TFLOP/s through torch.mm (cuBLAS's
+  // default algorithm, bench/fp8_gemm_reference.py) and 742 through the best of 8 algorithms (the
+  // calibration sweep); the fitted curve lies between them (docs/hardware-efficiency.md).
   const double tflops = op.flops / (cost.kernel_seconds(op) - hw.device.kernel_launch_overhead.value) / 1e12;
-  CHECK(tflops > 780);
-  CHECK(tflops < 815);
+  CHECK(tflops > 649);
+  CHECK(tflops < 742);
 }
 
 TEST_CASE("a memory-bound op takes its bytes over the HBM bandwidth its kind reaches") {

@@ -90,7 +90,7 @@ double CostModel::efficiency(const Op& op, double rows_scale) const {
   const auto& e = hw_.efficiency;
   const auto [curve, x] = curve_of(op, rows_scale);
   switch (curve) {
-    case Curve::gemm: return e.gemm.at(x);
+    case Curve::gemm: return op.dtype == Dtype::fp8 && e.gemm_fp8 ? e.gemm_fp8->at(x) : e.gemm.at(x);
     case Curve::grouped_gemm: return e.grouped_gemm.at(x);
     case Curve::attention:
       return op.phase == Phase::bwd && e.attention_backward ? e.attention_backward->at(x) : e.attention.at(x);

@@ -183,7 +183,7 @@ KernelPointsFile load_kernel_points(const InputText& input) {
       (void)curve_named(EfficiencySpec{}, spec.curve);
     } catch (const std::invalid_argument&) {
       r.fail(path + "/curve",
-             "must be gemm, grouped_gemm, attention, attention_backward, linear_attention or "
+             "must be gemm, gemm_fp8, grouped_gemm, attention, attention_backward, linear_attention or "
              "attention_kernels.<flash2|flash3|cudnn>.<forward|backward>");
     }
     const auto dtype = enum_from_name<Dtype>(r.text(f, path, "dtype"));
@@ -238,6 +238,7 @@ KernelPointsFile load_kernel_points(const InputText& input) {
 
 std::optional<EfficiencyCurve> curve_named(const EfficiencySpec& e, std::string_view curve) {
   if (curve == "gemm") return e.gemm;
+  if (curve == "gemm_fp8") return e.gemm_fp8;
   if (curve == "grouped_gemm") return e.grouped_gemm;
   if (curve == "attention") return e.attention;
   if (curve == "attention_backward") return e.attention_backward;

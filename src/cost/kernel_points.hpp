@@ -55,7 +55,7 @@ struct RecordedFit {
 
 struct CurveFitSpec {
   std::string hardware;  // a hardware file name ("h100-hgx")
-  std::string curve;     // gemm | grouped_gemm | attention | attention_backward | linear_attention
+  std::string curve;     // gemm | gemm_fp8 | grouped_gemm | attention | attention_backward | linear_attention
   Dtype dtype = Dtype::bf16;
   std::vector<KernelPointSet> sets;
   std::optional<RecordedFit> recorded;

@@ -134,6 +134,9 @@ void declare_fields(F& f, MemoryKindsSpec& s) {
 template <class F>
 void declare_fields(F& f, EfficiencySpec& s) {
   f.required("gemm", s.gemm, "GEMMs, by their smallest dimension.");
+  f.maybe("gemm_fp8", s.gemm_fp8,
+          "GEMMs with FP8 inputs, as a fraction of the FP8 peak, by their smallest dimension; absent: the gemm "
+          "curve.");
   f.required("grouped_gemm", s.grouped_gemm, "Expert grouped GEMMs, by rows (tokens) per expert.");
   f.required("attention", s.attention, "Flash and sparse attention and the DSA indexer, by query tokens.");
   f.maybe("attention_backward", s.attention_backward,

@@ -139,6 +139,9 @@ struct MemoryKindsSpec {
 // cited in the file's doc, otherwise explicit assumptions; a calibration file refines them.
 struct EfficiencySpec {
   EfficiencyCurve gemm;              // x = min(m, n, k)
+  // GEMMs with FP8 inputs, as a fraction of the FP8 peak (they reach less of their doubled peak
+  // than BF16 GEMMs of theirs); absent: `gemm`.
+  std::optional<EfficiencyCurve> gemm_fp8;
   EfficiencyCurve grouped_gemm;      // x = rows per group (tokens per expert)
   EfficiencyCurve attention;         // dense and sparse flash attention, the DSA indexer; x = query tokens
   // The backward of those kernels (phase bwd), which published kernels run at a lower fraction of

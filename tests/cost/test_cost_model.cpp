@@ -60,6 +60,31 @@ TEST_CASE("a large GEMM runs at the curve's efficiency of the peak, plus the lau
   CHECK(tflops < 742);
 }
 
+TEST_CASE("an FP8 GEMM runs at the gemm_fp8 curve's fraction of the FP8 peak; without the curve, at gemm's") {
+  HardwareSpec hw = h200();
+  REQUIRE(hw.efficiency.gemm_fp8.has_value());
+  Op op = gemm(16384, 14336, 4096);
+  op.dtype = Dtype::fp8;
+  op.bytes_read /= 2;  // 1-byte inputs
+  const double x = 4096;
+  const double launch = hw.device.kernel_launch_overhead.value;
+  const double fp8_peak = hw.device.peak_flops.fp8.value().value;
+  const EfficiencyCurve& c = *hw.efficiency.gemm_fp8;
+  CHECK(CostModel(hw).kernel_seconds(op) == doctest::Approx(op.flops / (fp8_peak * c.max * x / (x + c.half_at)) + launch));
+  // Measured at this shape on an H200 at its power limit (bench/fp8_gemm_reference.py): 1,242.8
+  // TFLOP/s in the forward (fast accumulation) and 1,256.6 for the weight gradient; the curve, fitted
+  // to all 60 shapes, lies within 6% of both.
+  const double tflops = op.flops / (CostModel(hw).kernel_seconds(op) - launch) / 1e12;
+  CHECK(tflops > 1242.8 * 0.94);
+  CHECK(tflops < 1256.6 * 1.06);
+  // A BF16 GEMM keeps the gemm curve; an FP8 one falls back to it when the file has no FP8 curve.
+  const Op bf16 = gemm(16384, 14336, 4096);
+  const double e = hw.efficiency.gemm.max * x / (x + hw.efficiency.gemm.half_at);
+  CHECK(CostModel(hw).kernel_seconds(bf16) == doctest::Approx(bf16.flops / (989e12 * e) + launch));
+  hw.efficiency.gemm_fp8.reset();
+  CHECK(CostModel(hw).kernel_seconds(op) == doctest::Approx(op.flops / (fp8_peak * e) + launch));
+}
+
 TEST_CASE("a memory-bound op takes its bytes over the HBM bandwidth its kind reaches") {
   HardwareSpec hw = h200();
   REQUIRE(hw.efficiency.memory_by_kind.has_value());

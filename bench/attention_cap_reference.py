@@ -16,27 +16,16 @@ Needs PyTorch with CUDA.
 """
 import argparse
 import json
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from reference_bench import reach_power_limit, time_seconds  # bench/reference_bench.py, beside this file
 
-def time_op(fn, repeats=10, warmup=2):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e-3)
-    return statistics.median(times)
+
+def time_op(fn):
+    return time_seconds(fn, warmup=2, repeats=10)
 
 
 def main():
@@ -47,13 +36,7 @@ def main():
     dev = "cuda"
     hq, hkv, d = 32, 8, 128
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
-    a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
-    t0 = time.time()
-    while time.time() - t0 < 5.0:
-        for _ in range(20):
-            torch.mm(a, a)
-        torch.cuda.synchronize()
-    del a
+    reach_power_limit(5.0)  # the power state of a training step
     rows = []
     print(f"{'backend':8s} {'seq':>6s} {'batch':>5s} {'fwd ms':>8s} {'of peak':>7s} {'bwd ms':>8s} {'of peak':>7s}")
     for name, backend in (("flash2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):

@@ -16,25 +16,14 @@ Needs PyTorch with CUDA on a GPU with FP8 tensor cores (sm_89 or later).
 """
 import argparse
 import json
-import statistics
-import time
 
 import torch
 
+from reference_bench import reach_power_limit, time_seconds  # bench/reference_bench.py, beside this file
 
-def time_op(fn, repeats=20, warmup=3):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e-3)
-    return statistics.median(times)
+
+def time_op(fn):
+    return time_seconds(fn, warmup=3, repeats=20)
 
 
 def linear_shapes():
@@ -64,14 +53,7 @@ def main():
     f8 = torch.float8_e4m3fn
     one = torch.tensor(1.0, device=dev)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
-    # Bring the GPU to the power state of a training step: back-to-back GEMMs for a few seconds.
-    a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
-    t0 = time.time()
-    while time.time() - t0 < args.warmup_s:
-        for _ in range(20):
-            torch.mm(a, a)
-        torch.cuda.synchronize()
-    del a
+    reach_power_limit(args.warmup_s)  # the power state of a training step
     rows = []
     print(f"{'model':20s} {'layer':10s} {'pass':12s} {'m':>6s} {'n':>6s} {'k':>6s} {'bf16 TF/s':>9s} {'of peak':>7s} "
           f"{'fp8 TF/s':>9s} {'of peak':>7s} {'fp8/bf16':>8s}")

@@ -13,24 +13,14 @@ Needs PyTorch with CUDA; CUDA events, warm-up, median of repeats; inputs larger 
 """
 import argparse
 import json
-import statistics
 
 import torch
 
+from reference_bench import time_seconds  # bench/reference_bench.py, beside this file
 
-def time_op(fn, repeats=30, warmup=5):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e-3)
-    return statistics.median(times)
+
+def time_op(fn):
+    return time_seconds(fn, warmup=5, repeats=30)
 
 
 def cases(tokens, hidden, ffn, dtype):

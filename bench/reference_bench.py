@@ -1,11 +1,14 @@
 # SPDX-License-Identifier: MIT
-"""What the PyTorch reference benchmarks (attention_reference.py, kda_reference.py) share with each
-other and with attention_bench: the command line (--seq, --batch, --heads, --repeats, --out), the
-timing rule (`warmup` calls, then the median of `repeats` individually timed calls, CUDA events;
-fn(i) gets the call's index, so that callers can alternate input sets) and the markdown table."""
+"""What the PyTorch reference benchmarks (attention_reference.py, kda_reference.py,
+memory_bound_reference.py, fp8_gemm_reference.py, attention_cap_reference.py) share with each other
+and with attention_bench: the command line (--seq, --batch, --heads, --repeats, --out), the timing
+rule (`warmup` calls, then the median of `repeats` individually timed calls, CUDA events; fn(i) gets
+the call's index, so that callers can alternate input sets), the warm-up to a training step's power
+state and the markdown table."""
 import argparse
 import statistics
 import sys
+import time
 
 import torch
 
@@ -32,6 +35,22 @@ def time_ms(fn, warmup=2, repeats=5):
         stop.synchronize()
         ms.append(start.elapsed_time(stop))
     return statistics.median(ms)
+
+
+def time_seconds(fn, warmup=2, repeats=5):
+    """time_ms for a call that takes no index, in seconds."""
+    return time_ms(lambda i: fn(), warmup, repeats) * 1e-3
+
+
+def reach_power_limit(seconds=5.0):
+    """Back-to-back BF16 GEMMs for `seconds`: a training step runs its kernels in that power state
+    (at the power limit, the clock lowered), not in the cool state of a short benchmark."""
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        for _ in range(20):
+            torch.mm(a, a)
+        torch.cuda.synchronize()
 
 
 def write_table(rows, out):

@@ -418,13 +418,6 @@ class StepBuilder {
     return w.add(op, name, reads, writes);
   }
 
-  // FSDP2 all-gathers of a unit; returns the ops the unit's first op waits for and the gathered
-  // buffers they fill. `allocate`: into a transient buffer (FSDP2), else into the resident full
-  // copy (ZeRO 1-2). FSDP2 also copies around each all-gather (dp_copies.hpp): the cast and
-  // copy-in on the all-gather's queue before it, the copy-out on the compute queue after it, where
-  // the unit's pre-forward (or pre-backward) hook waits for the gather; over a group of one rank
-  // there is no all-gather, and the cast and copy fill the unsharded parameters on the compute
-  // queue.
   // An FSDP2 copy-out: the all-gather's flat output split into the unit's parameters, on the
   // compute stream once the unit is reached.
   struct CopyOut {
@@ -448,9 +441,14 @@ class StepBuilder {
     buffers.push_back(b);
   }
 
-  // A unit's parameter all-gathers (and their copy-ins and copy-outs), each after op `after`; `ops`
-  // gets what the unit's first op waits for, `buffers` the gathered parameters. With `later`, the
-  // copy-outs are left there for the unit to emit when it is reached (a prefetched gather).
+  // FSDP2 all-gathers of a unit, each after op `after`; `ops` gets what the unit's first op waits
+  // for, `buffers` the gathered buffers they fill. `allocate`: into a transient buffer (FSDP2), else
+  // into the resident full copy (ZeRO 1-2). FSDP2 also copies around each all-gather
+  // (dp_copies.hpp): the cast and copy-in on the all-gather's queue before it, the copy-out on the
+  // compute queue after it, where the unit's pre-forward (or pre-backward) hook waits for the
+  // gather; over a group of one rank there is no all-gather, and the cast and copy fill the
+  // unsharded parameters on the compute queue. With `later`, the copy-outs are left there for the
+  // unit to emit when it is reached (a gather prefetched in the backward).
   void gather(ProgramWriter& w, int64_t layer, int32_t micro, Phase phase, std::vector<uint32_t>& ops,
               std::vector<uint32_t>& buffers, int64_t after, bool allocate, std::vector<CopyOut>* later = nullptr) {
     const Unit& u = units_.at(layer);

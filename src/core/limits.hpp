@@ -74,6 +74,7 @@ inline constexpr double kMaxFlops = 1e18;       // FLOP/s per device (1 EFLOP/s;
 inline constexpr double kMaxBytes = 1e15;       // bytes of one memory (1 PB; HBM is 3e11)
 inline constexpr double kMaxLatency = 1;        // seconds
 inline constexpr double kMaxSize = 1e18;        // efficiency-curve sizes (elements, bytes, rows)
+inline constexpr double kMaxWatts = 1e5;        // board power of one device (100 kW; a GB200 is 1.2e3)
 
 // a * b when it fits in int64 (both non-negative), else nullopt.
 inline std::optional<int64_t> checked_mul(int64_t a, int64_t b) {

@@ -52,6 +52,8 @@ std::vector<Base> bases(Dimension d) {
       return {{"FLOP", 1.0, false}};
     case Dimension::flops_per_s:
       return {{"FLOP/s", 1.0, false}};
+    case Dimension::watts:
+      return {{"W", 1.0, false}};
   }
   return {};
 }
@@ -92,6 +94,7 @@ std::string_view dimension_name(Dimension d) {
     case Dimension::seconds: return "seconds";
     case Dimension::flops: return "FLOP";
     case Dimension::flops_per_s: return "FLOP/s";
+    case Dimension::watts: return "watts";
   }
   return "?";
 }
@@ -103,6 +106,7 @@ std::string accepted_units(Dimension d) {
     case Dimension::seconds: return "s, ms, us, ns, ps";
     case Dimension::flops: return "FLOP, KFLOP, MFLOP, GFLOP, TFLOP, PFLOP";
     case Dimension::flops_per_s: return "FLOP/s, GFLOP/s, TFLOP/s, PFLOP/s";
+    case Dimension::watts: return "W, KW";
   }
   return "";
 }
@@ -139,6 +143,7 @@ std::string format_quantity(double value, Dimension d) {
     case Dimension::bytes_per_s: suffix = "B/s"; break;
     case Dimension::flops: suffix = "FLOP"; break;
     case Dimension::flops_per_s: suffix = "FLOP/s"; break;
+    case Dimension::watts: suffix = "W"; break;
     case Dimension::seconds: {
       const double a = std::fabs(value);
       const Prefix* unit = &kTimeUnits[0];

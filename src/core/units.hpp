@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
-// Physical quantities read from input files ("900 GB/s", "141 GiB", "1.5 us", "989 TFLOP/s").
+// Physical quantities read from input files ("900 GB/s", "141 GiB", "1.5 us", "989 TFLOP/s", "700 W").
 //
 // A quantity is parsed once, at load time, into SI base units (bytes, bytes/s, seconds, FLOP,
-// FLOP/s) held as a double inside a type that names the dimension, so a bandwidth can never be
+// FLOP/s, watts) held as a double inside a type that names the dimension, so a bandwidth can never be
 // passed where a capacity is expected. Prefixes: K M G T P are decimal (1e3...), Ki Mi Gi Ti Pi
 // binary. 'B' is a byte and 'b' a bit ("400 Gb/s" = 50e9 bytes/s). Units are case-sensitive and
 // mandatory: a bare number is an error, because the unit of a bare number is a guess.
@@ -13,7 +13,7 @@
 
 namespace moesim {
 
-enum class Dimension { bytes, bytes_per_s, seconds, flops, flops_per_s };
+enum class Dimension { bytes, bytes_per_s, seconds, flops, flops_per_s, watts };
 
 template <Dimension D>
 struct Quantity {
@@ -28,6 +28,7 @@ using BytesPerSecond = Quantity<Dimension::bytes_per_s>;
 using Seconds = Quantity<Dimension::seconds>;
 using Flops = Quantity<Dimension::flops>;
 using FlopsPerSecond = Quantity<Dimension::flops_per_s>;
+using Watts = Quantity<Dimension::watts>;
 
 // The name of a dimension for messages and docs ("bytes/s").
 std::string_view dimension_name(Dimension d);

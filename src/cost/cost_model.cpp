@@ -24,7 +24,8 @@ double CollectiveCost::seconds() const {
   return t;
 }
 
-CostModel::CostModel(const HardwareSpec& hardware) : hw_(hardware) {
+CostModel::CostModel(const HardwareSpec& hardware)
+    : hw_(hardware), compute_scale_(hardware.device.power ? hardware.device.power->compute_scale() : 1.0) {
   if (hw_.calibration_input) {
     calibration_ = std::make_shared<const Calibration>(hw_.calibration_json ? load_calibration(*hw_.calibration_input, *hw_.calibration_json)
                                                                             : load_calibration(*hw_.calibration_input));
@@ -33,10 +34,10 @@ CostModel::CostModel(const HardwareSpec& hardware) : hw_(hardware) {
 
 double CostModel::peak(Dtype dtype) const {
   const auto& p = hw_.device.peak_flops;
-  if (auto v = p.of(dtype)) return v->value;
+  if (auto v = p.of(dtype)) return v->value * compute_scale_;
   // A format the device has no tensor units for (fp32 optimizer math on some NPUs) runs at the
   // best format it has, which overstates it; such ops are memory-bound in practice.
-  return p.bf16.value;
+  return p.bf16.value * compute_scale_;
 }
 
 std::pair<CostModel::Curve, double> CostModel::curve_of(const Op& op, double rows_scale) const {
@@ -135,8 +136,9 @@ double CostModel::kernel_seconds(const Op& op, double rows_scale) const {
   if (cal && op.dtype == Dtype::bf16) {
     if (const CalibrationTable* att = cal->attention_table(op.kind, op.phase)) {
       const double rows = std::max(static_cast<double>(op.m) * rows_scale, 1.0);
-      const double work = attention_table_counts_bytes(op.kind) ? bytes : flops;
-      if (work > 0) return work / att->at(rows) + launch_s;
+      const bool counts_bytes = attention_table_counts_bytes(op.kind);
+      const double work = counts_bytes ? bytes : flops;
+      if (work > 0) return work / (att->at(rows) * (counts_bytes ? 1.0 : compute_scale_)) + launch_s;
     }
   }
   // Calibrated CCE loss (kernels/cce): the executor's chunked loss measured whole - logits GEMMs,
@@ -144,7 +146,7 @@ double CostModel::kernel_seconds(const Op& op, double rows_scale) const {
   // pass (forward: fwd and recompute; backward with or without dW). Without that pass's table the
   // op stays on the GEMM table or curve below, as one fused kernel at GEMM efficiency.
   if (cal && op.dtype == Dtype::bf16 && flops > 0) {
-    if (const CalibrationTable* cce = cal->cce_table(op)) return flops / cce->at(static_cast<double>(op.k)) + launch_s;
+    if (const CalibrationTable* cce = cal->cce_table(op)) return flops / (cce->at(static_cast<double>(op.k)) * compute_scale_) + launch_s;
   }
   // Calibrated memory-bound kernels of this kind and pass (kernels/memory_by_kind): the measured
   // rate is the whole kernel, its arithmetic included, so no roofline max with the FLOP term.
@@ -161,7 +163,7 @@ double CostModel::kernel_seconds(const Op& op, double rows_scale) const {
     // A calibrated GEMM's measured FLOP/s is the whole kernel, its memory traffic included (as the
     // attention tables): no roofline max with the memory term, whose table may come from slower
     // memory-bound kernels (a fit to a profiler trace, src/trace/trace_fit.hpp).
-    if (table && *table) return flops / (*table)->at(x) + cast_s + launch_s;
+    if (table && *table) return flops / ((*table)->at(x) * compute_scale_) + cast_s + launch_s;
     t = flops / (peak(op.dtype) * efficiency(op, rows_scale));
   }
   if (bytes > 0) t = std::max(t, bytes / memory_bandwidth(op.kind, bytes));

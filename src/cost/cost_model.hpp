@@ -6,7 +6,9 @@
 // where eff_kind is the hardware file's curve max * x / (x + half_at) for the op's kind and size
 // measure (GEMMs: min(m, n, k); grouped GEMMs: rows per expert; attention: query rows; the backward
 // of attention kernels on the attention_backward curve when the file has one). Host
-// copies: latency + bytes / (host bandwidth * eff_copy).
+// copies: latency + bytes / (host bandwidth * eff_copy). A device run below the power limit its
+// efficiencies were measured at (device.power) has every compute rate - peak x curve, or a
+// calibrated FLOP/s - scaled by PowerSpec::compute_scale; bandwidths are not.
 //
 // Collectives (alone, no contention): latency terms plus the bytes each rank puts on the wire over
 // the bandwidth it reaches, for the algorithm NCCL would pick:
@@ -136,6 +138,8 @@ class CostModel {
   double peak(Dtype dtype) const;
 
   HardwareSpec hw_;  // a copy: a cost model is often built from a temporary
+  // Compute-bound rates at the device's power limit relative to the measured ones (PowerSpec).
+  double compute_scale_ = 1;
   std::shared_ptr<const Calibration> calibration_;  // null without a calibration file; shared by copies
 };
 

@@ -21,14 +21,23 @@ namespace {
 // A gated (or plain) FFN on width w of `rows` tokens, TP-split on its intermediate dimension: the
 // up-projection and activation, then the down-projection (apart, so that the shared experts can
 // straddle the expert all-to-all).
+//
+// A gated up-projection is one GEMM of both halves (Megatron's linear_fc1), except under
+// torchtitan's per-op checkpointing (recompute selective_op), whose stack runs the gate (w1) and
+// up (w3) projections as two matmuls and saves every second matmul's output only: w1's is kept,
+// w3's recomputed (tape.cpp), so they are two ops there.
 int ffn_up(TapeBuilder& b, const std::string& name, int x, int64_t rows, int64_t w, int64_t f, LoraTarget lora,
            std::optional<SwapTarget> up_swap) {
   const auto& c = b.ctx();
   const bool gated = is_gated(c.model->activation);
   const int64_t fl = f / c.tp;
+  if (gated && c.scenario->recompute.policy == RecomputePolicy::selective_op) {
+    const int gate = b.gemm(name + ".gate_proj", x, rows, w, fl, lora, up_swap);
+    const int up = b.gemm(name + ".up_proj", x, rows, w, fl, lora, up_swap);
+    return b.activation(name + ".act", {gate, up}, rows, fl);
+  }
   const int up = b.gemm(name + ".up_proj", x, rows, w, (gated ? 2 : 1) * fl, lora, up_swap);
-  if (gated) b.mark_matmuls(up, 2);  // w1 and w3, two matmuls where the stacks keep them apart
-  return b.activation(name + ".act", up, rows, fl);
+  return b.activation(name + ".act", {up}, rows, fl);
 }
 int ffn_down(TapeBuilder& b, const std::string& name, int a, int64_t rows, int64_t w, int64_t f, LoraTarget lora) {
   return b.gemm(name + ".down_proj", a, rows, f / b.ctx().tp, w, lora);
@@ -163,7 +172,7 @@ int moe_block(TapeBuilder& b, int x_in, int64_t layer) {
   auto experts_up = [&](const std::string& prefix, int in, int64_t rows, RoutingPart part) {
     const int up = b.grouped_gemm(prefix + up_name, in, rows, w, (gated ? 2 : 1) * f, rl, SwapTarget::expert_gmm_up,
                                   part);
-    return b.activation(prefix + "act", up, rows, f);
+    return b.activation(prefix + "act", {up}, rows, f);
   };
   auto experts_down = [&](const std::string& prefix, int a, int64_t rows, RoutingPart part) {
     return b.grouped_gemm(prefix + "down_proj", a, rows, f, w, rl, SwapTarget::expert_gmm_down, part);

@@ -86,9 +86,9 @@ bool swap_active(const TapeOp& op, const TapePolicy& policy) {
 //   - selective_op (torchtitan's per-op SAC: its activation-checkpoint code saves the outputs of
 //     aten.mm, SDPA and max, except every second aten.mm of a layer's forward, and recomputes the
 //     rest): every op but the attention cores, the communication and the matmuls it saves. Matmul
-//     calls are counted in forward order, a fused gated up-projection as two (w1, then w3: it is kept
-//     when w1 is), the pieces of a TP-overlapped projection as their projection. FP8 matmuls run as
-//     aten._scaled_mm, which the save list does not hold: all of them are recomputed.
+//     calls are counted in forward order (a gated FFN's w1 and w3 are two ops under this policy,
+//     layer_ops.cpp), the pieces of a TP-overlapped projection as their projection. FP8 matmuls run
+//     as aten._scaled_mm, which the save list does not hold: all of them are recomputed.
 std::vector<bool> recomputed_by_policy(const std::vector<TapeOp>& ops, RecomputePolicy policy) {
   std::vector<bool> r(ops.size());
   if (policy == RecomputePolicy::selective) {
@@ -109,9 +109,8 @@ std::vector<bool> recomputed_by_policy(const std::vector<TapeOp>& ops, Recompute
       r[i] = r[static_cast<size_t>(op.continues)];
       continue;
     }
-    const int64_t first = matmuls + 1;  // this op's first matmul call, 1-based
-    matmuls += op.num_matmuls;
-    r[i] = !(dtype_bytes(o.dtype) >= 2 && first % 2 == 1);  // kept: BF16 and its first call odd
+    ++matmuls;  // this op's matmul call, 1-based
+    r[i] = !(dtype_bytes(o.dtype) >= 2 && matmuls % 2 == 1);  // kept: BF16 and an odd call
   }
   return r;
 }

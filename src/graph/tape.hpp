@@ -64,7 +64,6 @@ struct TapeOp {
   std::optional<PassWork> bwd_work;
   MatmulCasts casts;  // quantised matmuls only
   bool cheap = false;          // recomputed rather than kept under selective recompute
-  int32_t num_matmuls = 1;     // the framework's matmul calls it stands for (a fused gated up-projection: 2)
   int32_t continues = -1;      // a piece of a TP-overlapped projection: the tape op whose calls it continues
   int32_t num_joined = 0;      // the last inputs are such pieces' outputs, joined for order and gradient only
   std::optional<SwapTarget> swap;

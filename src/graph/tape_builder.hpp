@@ -118,10 +118,11 @@ class TapeBuilder {
     return y;
   }
 
-  // The FFN activation on the up-projection's output `up` (rows x f, or x 2f when gated).
-  int activation(const std::string& name, int up, int64_t rows, int64_t f) {
+  // The FFN activation on the up-projection's output `ups` (rows x f, or x 2f when gated: one
+  // tensor of both halves, or the gate's and the up-projection's apart).
+  int activation(const std::string& name, const std::vector<int>& ups, int64_t rows, int64_t f) {
     const bool gated = is_gated(c_.model->activation);
-    const int y = pointwise(OpKind::activation, name, {up}, rows, f, gated ? 4.0 : 8.0, {up}, c_.act);
+    const int y = pointwise(OpKind::activation, name, ups, rows, f, gated ? 4.0 : 8.0, ups, c_.act);
     run_as_scenario_says(gated ? ElementwiseForm::gated_activation : ElementwiseForm::activation, rows, f);
     return y;
   }
@@ -241,9 +242,6 @@ class TapeBuilder {
                        bytes_of(elements(r.rows, d), c_.act));
   }
 
-  // The op that produced `y` (a projection; under TP overlap its main piece, which its other pieces
-  // continue) stands for `n` matmul calls.
-  void mark_matmuls(int y, int32_t n) { last_producer_of(y).num_matmuls = n; }
 
   LayerTape& tape() { return t_; }
   const LayerContext& ctx() const { return c_; }

@@ -2,6 +2,7 @@
 // Field declarations and consistency checks of hardware/*.json.
 #include "hardware/hardware_spec.hpp"
 
+#include <cmath>
 #include <stdexcept>
 
 #include "core/fields.hpp"
@@ -53,6 +54,23 @@ void declare_fields(F& f, HostMemorySpec& s) {
 }
 
 template <class F>
+void declare_fields(F& f, PowerSpec& s) {
+  f.required("limit", s.limit, "The board power limit the part runs at.", positive(limits::kMaxWatts));
+  f.required("efficiency_limit", s.efficiency_limit,
+             "The power limit at which this file's efficiencies (and its calibration) were measured; limit may "
+             "not exceed it (a higher clock than measured is not modelled).",
+             positive(limits::kMaxWatts));
+  f.required("static_power", s.static_power,
+             "Board power that does not scale with the SM clock (HBM, board, leakage), below both limits.",
+             non_negative(limits::kMaxWatts));
+  f.required("clock_exponent", s.clock_exponent,
+             "The SMs' power grows as the SM clock to this power (clock times voltage squared, the voltage "
+             "rising with the clock); compute-bound kernels run at ((limit - static_power) / (efficiency_limit - "
+             "static_power))^(1 / clock_exponent) of their measured rate.",
+             between(1, 4));
+}
+
+template <class F>
 void declare_fields(F& f, DeviceSpec& s) {
   f.required("name", s.name, "Device name.");
   f.required("description", s.description, "What one device is: a GPU, a dual-die package, a die.");
@@ -64,6 +82,9 @@ void declare_fields(F& f, DeviceSpec& s) {
              "DMA engines for host copies that run beside compute.", at_least(1, limits::kMaxSmall));
   f.required("kernel_launch_overhead", s.kernel_launch_overhead, "Fixed cost of launching one kernel.",
              non_negative(limits::kMaxLatency));
+  f.maybe("power", s.power,
+          "The power limit the part runs at, when below the one its efficiencies were measured at: compute-bound "
+          "kernels slow with the SM clock; absent: the measured limit.");
 }
 
 template <class F>
@@ -216,6 +237,17 @@ void check(const std::string& file, const HardwareSpec& h) {
                      "the outermost scale-up tier must span the domain (" + std::to_string(up.domain_size) + ")");
   }
   if (h.fabric.scale_out) check_tiers(file, "/fabric/scale_out/tiers", h.fabric.scale_out->tiers, up.domain_size);
+  if (const auto& p = h.device.power) {
+    if (p->limit.value > p->efficiency_limit.value) {
+      throw InputError(file, "/device/power/limit",
+                       "exceeds efficiency_limit (" + format(p->efficiency_limit) + "): a clock above the measured one is "
+                           "not modelled, got " + format(p->limit));
+    }
+    if (p->static_power.value >= p->limit.value) {
+      throw InputError(file, "/device/power/static_power",
+                       "must be below limit (" + format(p->limit) + "), got " + format(p->static_power));
+    }
+  }
   if (h.max_devices) {
     if (*h.max_devices % h.devices_per_node != 0) {
       throw InputError(file, "/max_devices", "must be a multiple of devices_per_node");
@@ -238,6 +270,10 @@ std::optional<StackMemory> read_stack_memory(const InputText& calibration, const
 }
 
 }  // namespace
+
+double PowerSpec::compute_scale() const {
+  return std::pow((limit.value - static_power.value) / (efficiency_limit.value - static_power.value), 1 / clock_exponent);
+}
 
 std::optional<double> CommunicatorBytes::of(std::string_view kind) const {
   if (kind == "all_gather") return all_gather;

@@ -54,6 +54,23 @@ struct HostMemorySpec {
   BytesPerSecond cpu_optimizer_bandwidth{kDefaultCpuOptimizerBytesPerSecond};
 };
 
+// The board power limit, for a part run below the limit its efficiencies were measured at (a 500 W
+// H100 with the 700 W part's curves, a power-capped cluster). At its limit a GPU lowers its SM clock
+// until the board draws no more than the limit; compute-bound kernels slow by the ratio of the
+// clocks. The SMs' power grows as the clock to `clock_exponent` (C f V(f)^2, the voltage rising with
+// the clock) on top of `static_power` (HBM, board, leakage), so the clock at `limit` relative to the
+// clock at `efficiency_limit` is ((limit - static) / (efficiency_limit - static))^(1 / exponent).
+// Memory-bound kernels and collectives keep their rates (HBM and links have clocks of their own).
+struct PowerSpec {
+  Watts limit;             // the power limit the part runs at
+  Watts efficiency_limit;  // the limit at which the file's efficiencies (and calibration) were measured
+  Watts static_power;      // board power that does not scale with the SM clock
+  double clock_exponent = 1;
+
+  // Compute-bound throughput at `limit` as a fraction of that at `efficiency_limit` (<= 1).
+  double compute_scale() const;
+};
+
 struct DeviceSpec {
   std::string name;
   std::string description;  // what one device is (a die, a package, a GPU)
@@ -63,6 +80,7 @@ struct DeviceSpec {
   HostMemorySpec host_memory;
   int64_t num_copy_engines = 2;
   Seconds kernel_launch_overhead;
+  std::optional<PowerSpec> power;  // absent: the part runs at the limit its efficiencies were measured at
 };
 
 // One tier of switches: `span` devices share a switch (group) of this tier.

@@ -19,6 +19,14 @@ TEST_CASE("quantities parse into SI base units") {
   CHECK(parse<Dimension::flops>("12.2 MFLOP").value == doctest::Approx(12.2e6));
 }
 
+TEST_CASE("power is in watts with decimal prefixes") {
+  CHECK(parse<Dimension::watts>("700 W").value == doctest::Approx(700.0));
+  CHECK(parse<Dimension::watts>("1.2 KW").value == doctest::Approx(1200.0));
+  CHECK_THROWS_AS(parse<Dimension::watts>("700 w"), ValueError);
+  CHECK_THROWS_AS(parse<Dimension::watts>("1 KiW"), ValueError);
+  CHECK(format(Watts{500.0}) == "500 W");
+}
+
 TEST_CASE("bits are an eighth of bytes; case matters") {
   CHECK(parse<Dimension::bytes_per_s>("400 Gb/s").value == doctest::Approx(50e9));
   CHECK(parse<Dimension::bytes_per_s>("400 GB/s").value == doctest::Approx(400e9));

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <random>
 #include <set>
@@ -83,6 +84,32 @@ TEST_CASE("an FP8 GEMM runs at the gemm_fp8 curve's fraction of the FP8 peak; wi
   CHECK(CostModel(hw).kernel_seconds(bf16) == doctest::Approx(bf16.flops / (989e12 * e) + launch));
   hw.efficiency.gemm_fp8.reset();
   CHECK(CostModel(hw).kernel_seconds(op) == doctest::Approx(op.flops / (fp8_peak * e) + launch));
+}
+
+TEST_CASE("below the measured power limit, compute-bound kernels slow by the clock ratio; memory-bound ones do not") {
+  HardwareSpec hw = h200();
+  const CostModel at_measured(hw);
+  // 500 W of a part measured at 700 W, 100 W static, SM power as clock^2.5: the SMs get 400 of
+  // 600 W, so the clock is (400 / 600)^(1 / 2.5) = 0.8503 of the measured one.
+  hw.device.power = PowerSpec{Watts{500}, Watts{700}, Watts{100}, 2.5};
+  const double scale = std::pow(400.0 / 600.0, 1 / 2.5);
+  CHECK(hw.device.power->compute_scale() == doctest::Approx(scale));
+  CHECK(scale == doctest::Approx(0.8503).epsilon(1e-4));
+  const CostModel capped(hw);
+  const double launch = hw.device.kernel_launch_overhead.value;
+  const Op big = gemm(8192, 8192, 8192);
+  CHECK(capped.kernel_seconds(big) - launch == doctest::Approx((at_measured.kernel_seconds(big) - launch) / scale));
+  const Op att = attention_op(8192, 1e12, Phase::bwd);
+  CHECK(capped.kernel_seconds(att) - launch == doctest::Approx((at_measured.kernel_seconds(att) - launch) / scale));
+  Op norm;
+  norm.kind = OpKind::norm;
+  norm.flops = 1e9;
+  norm.bytes_read = 4e9;
+  norm.bytes_written = 4e9;
+  CHECK(capped.kernel_seconds(norm) == doctest::Approx(at_measured.kernel_seconds(norm)));
+  // At the measured limit the scale is exactly 1.
+  hw.device.power->limit = Watts{700};
+  CHECK(CostModel(hw).kernel_seconds(big) == doctest::Approx(at_measured.kernel_seconds(big)));
 }
 
 TEST_CASE("a memory-bound op takes its bytes over the HBM bandwidth its kind reaches") {
@@ -315,7 +342,8 @@ TEST_CASE("a scenario's attention kernel puts that kernel's curves in place of t
   const Op fwd = attention_op(8192, 1e13);
   const Op bwd = attention_op(8192, 1e13, Phase::bwd);
   const double launch = fa2.hardware.device.kernel_launch_overhead.value;
-  const double peak = fa2.hardware.device.peak_flops.bf16.value;
+  // The 500 W part runs compute-bound kernels at its power limit's share of the curves' rate.
+  const double peak = fa2.hardware.device.peak_flops.bf16.value * fa2.hardware.device.power->compute_scale();
   const CostModel cost2(fa2.hardware), cost3(fa3.hardware);
   CHECK(cost2.kernel_seconds(fwd) == doctest::Approx(1e13 / (peak * curves.forward.at(8192)) + launch));
   CHECK(cost2.kernel_seconds(bwd) == doctest::Approx(1e13 / (peak * curves.backward->at(8192)) + launch));

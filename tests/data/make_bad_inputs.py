@@ -124,6 +124,11 @@ write("no-scale-out", mutate(hw, setp("/fabric/scale_out", DELETE)), "hardware",
 write("missing-calibration", mutate(hw, setp("/calibration", "calibration/nope.json")), "hardware", "/calibration", "no such file")
 write("collective-scale-out-above-one", mutate(hw, setp("/efficiency/collective_scale_out", 1.2)), "hardware", "/efficiency/collective_scale_out", "must be in [0.01, 1]")
 write("attention-backward-no-max", mutate(hw, setp("/efficiency/attention_backward/max", DELETE)), "hardware", "/efficiency/attention_backward/max", "required")
+POWER = {"limit": "500 W", "efficiency_limit": "700 W", "static_power": "100 W", "clock_exponent": 2.5}
+write("power-above-measured", mutate(hw, setp("/device/power", dict(POWER, limit="750 W"))), "hardware", "/device/power/limit", "exceeds efficiency_limit (700 W)")
+write("power-static-above-limit", mutate(hw, setp("/device/power", dict(POWER, static_power="500 W"))), "hardware", "/device/power/static_power", "must be below limit (500 W)")
+write("power-wrong-unit", mutate(hw, setp("/device/power", dict(POWER, limit="500 J"))), "hardware", "/device/power/limit", "'J' is not a unit of watts")
+write("power-exponent-absurd", mutate(hw, setp("/device/power", dict(POWER, clock_exponent=0.5))), "hardware", "/device/power/clock_exponent", "must be in [1, 4]")
 
 # --- scenarios: the plan's consistency checks -----------------------------------------------------
 write("degrees-product", mutate(scenario, setp("/parallel/fsdp/shard", 64)), "scenario", "/parallel", "the degrees multiply to 64")

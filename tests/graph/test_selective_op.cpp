@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // recompute.policy selective_op, torchtitan's per-op selective activation checkpointing: a layer keeps
-// its BF16 matmuls' outputs but every second one (q, v and the fused w1/w3 up-projection of a Llama
-// layer; k and o recomputed) and its attention core's, and recomputes the rest; with FP8 matmuls
+// its BF16 matmuls' outputs but every second one (q, v, w1 and w2 of a Llama layer; k, o and w3
+// recomputed) and its attention core's, and recomputes the rest; with FP8 matmuls
 // (torchao's _scaled_mm, not in torchtitan's save list) every matmul the backward reaches is recomputed.
 // Megatron-style
 // selective recomputes the attention core and no matmul.
@@ -39,6 +39,18 @@ double layer_flops(const StepGraph& g, Phase phase, OpKind kind) {
   return f;
 }
 
+// The phases of the ops that free the buffers named `name`.
+std::set<Phase> freed_in(const StepGraph& g, const std::string& name) {
+  std::set<Phase> out;
+  const Program& p = g.programs[0];
+  for (const Op& op : p.ops) {
+    for (const MemEffect& e : p.effects_of(op)) {
+      if (e.action == MemAction::free && p.names[p.buffers[e.buffer].name] == name) out.insert(op.phase);
+    }
+  }
+  return out;
+}
+
 StepGraph llama(const std::string& recompute, const std::string& precision = "{}") {
   test::Plan p = test::one_gpu("llama-3.1-8b", 4096);
   p.recompute = recompute;
@@ -52,7 +64,12 @@ StepGraph llama(const std::string& recompute, const std::string& precision = "{}
 
 TEST_CASE("selective_op recomputes every second BF16 matmul and keeps the attention core") {
   const StepGraph g = llama("selective_op");
-  CHECK(layer_ops(g, Phase::recompute, OpKind::gemm) == std::set<std::string>{"attn.k_proj", "attn.o_proj"});
+  // The layer's calls: q 1, k 2, v 3, o 4, w1 (gate) 5, w3 (up) 6, w2 (down) 7.
+  CHECK(layer_ops(g, Phase::fwd, OpKind::gemm) == std::set<std::string>{"attn.q_proj", "attn.k_proj", "attn.v_proj",
+                                                                        "attn.o_proj", "ffn.gate_proj", "ffn.up_proj",
+                                                                        "ffn.down_proj"});
+  CHECK(layer_ops(g, Phase::recompute, OpKind::gemm) ==
+        std::set<std::string>{"attn.k_proj", "attn.o_proj", "ffn.up_proj"});
   CHECK(layer_ops(g, Phase::recompute, OpKind::flash_attention).empty());
   CHECK(layer_ops(g, Phase::recompute, OpKind::norm) == std::set<std::string>{"attn_norm", "ffn_norm"});
   CHECK(layer_ops(g, Phase::recompute, OpKind::activation) == std::set<std::string>{"ffn.act"});
@@ -62,11 +79,30 @@ TEST_CASE("selective_op recomputes every second BF16 matmul and keeps the attent
   CHECK(layer_ops(s, Phase::recompute, OpKind::flash_attention) == std::set<std::string>{"attn.flash_attention"});
 }
 
+TEST_CASE("selective_op keeps w1's output and not w3's: the gated FFN's two halves apart") {
+  // Under any other policy the gated up-projection is one GEMM of both halves, with the same
+  // forward FLOPs as the two apart.
+  const StepGraph split = llama("selective_op");
+  const StepGraph fused = llama("none");
+  CHECK(layer_ops(fused, Phase::fwd, OpKind::gemm).count("ffn.gate_proj") == 0);
+  CHECK(layer_flops(split, Phase::fwd, OpKind::gemm) == doctest::Approx(layer_flops(fused, Phase::fwd, OpKind::gemm)));
+  // w3 is recomputed: 2 x tokens x d x intermediate of the recompute is its.
+  const double half_up = 2.0 * 4096 * 4096 * 14336;
+  const double k_and_o = 2.0 * 4096 * 4096 * (1024 + 4096);  // k: 8 heads x 128; o: 4096
+  CHECK(layer_flops(split, Phase::recompute, OpKind::gemm) == doctest::Approx(half_up + k_and_o).epsilon(1e-12));
+  // Kept from the forward to the backward: w1's output, not w3's (freed by the activation, made
+  // again by the recompute).
+  CHECK(freed_in(split, "layer1.ffn.gate_proj.out") == std::set<Phase>{Phase::bwd});
+  CHECK(freed_in(split, "layer1.ffn.up_proj.out") == std::set<Phase>{Phase::fwd});
+  CHECK(freed_in(split, "layer1.recompute.ffn.up_proj.out") == std::set<Phase>{Phase::bwd});
+  CHECK(freed_in(fused, "layer1.ffn.up_proj.out") == std::set<Phase>{Phase::bwd});
+}
+
 TEST_CASE("selective_op with FP8 matmuls recomputes all of them") {
   const StepGraph bf16 = llama("selective_op");
   const StepGraph fp8 = llama("selective_op", R"({"compute": "fp8", "quantization": "tensorwise"})");
   std::set<std::string> all = layer_ops(fp8, Phase::fwd, OpKind::gemm);
-  CHECK(all.size() == 6);
+  CHECK(all.size() == 7);
   // Every matmul the backward reaches again: not the down-projection, whose output only the residual
   // add reads and whose backward needs nothing of it (checkpointing stops once the backward's needs
   // are recomputed).
@@ -85,10 +121,11 @@ TEST_CASE("selective_op treats a TP-overlapped projection's pieces as its one ma
   p.tp_comm_overlap = "chunked";
   const StepGraph g = build_step_graph(test::scenario(p));
   CHECK(check_step_graph(g).empty());
-  // k is the layer's 2nd call: recomputed with every piece. o, the 4th, is not: the residual add
-  // reads the reduce-scatter's output, which is kept, as without the overlap - the rest piece it
-  // joins orders it and is not read again.
-  CHECK(layer_ops(g, Phase::recompute, OpKind::gemm) == std::set<std::string>{"attn.k_proj", "attn.k_proj.last_chunk"});
+  // k is the layer's 2nd call and up_proj (w3) its 6th: recomputed with every piece. o, the 4th,
+  // is not: the residual add reads the reduce-scatter's output, which is kept, as without the
+  // overlap - the rest piece it joins orders it and is not read again.
+  const std::set<std::string> got = layer_ops(g, Phase::recompute, OpKind::gemm);
+  CHECK(got == std::set<std::string>{"attn.k_proj", "attn.k_proj.last_chunk", "ffn.up_proj", "ffn.up_proj.last_chunk"});
 }
 
 TEST_CASE("TP overlap keeps what the unsplit layer keeps under each selective policy") {

@@ -6,7 +6,12 @@ SMs at SM clock f. Static power and the exponent are the silicon's and shared; c
 power at f_max) depends on how many bits the data switches, so each data set has its own. Least
 squares: a scan of the exponent, linear in static and the c's at each.
 
-usage: python3 tools/fit_power.py docs/calibration/runs/2026-12-05-power-clock/power_clock_h200.json
+usage: python3 tools/fit_power.py [--rate] docs/calibration/runs/2026-12-05-power-clock/power_clock_h200.json
+With --rate the SM clock is replaced by the kernel's measured rate per busy SM relative to its best
+(TFLOP/s per SM): the effective clock, which is what a kernel's time follows. nvidia-smi's clock is a
+100 ms average that hides the fast throttling an H100 does at its limit, where the two part
+(docs/hardware-efficiency.md, "The step's power state"); points on fewer than 8 SMs, whose per-SM
+rate carries the launch overhead, are left out of a --rate fit.
 Prints the fit, its residuals per point and the rms, and the clock the fit gives the whole chip of
 a training GEMM at lower power limits.
 """
@@ -45,15 +50,24 @@ def fit(points, f_max):
 
 
 def main():
-    result = json.load(open(sys.argv[1]))
-    f_max = max(p["mhz"] for p in result["points"])
-    e, static, c, rows, rms, x = fit(result["points"], f_max)
-    print(f"exponent {e:.2f}, static power {static:.1f} W, one busy SM at {f_max:.0f} MHz: "
+    rate = "--rate" in sys.argv[1:]
+    result = json.load(open([a for a in sys.argv[1:] if a != "--rate"][0]))
+    points = result["points"]
+    if rate:
+        points = [dict(p) for p in points if p["sms"] >= 8]
+        best = max(p["tflops"] / p["sms"] for p in points)
+        for p in points:
+            p["mhz"] = p["tflops"] / p["sms"] / best  # the effective clock, relative
+    f_max = max(p["mhz"] for p in points)
+    e, static, c, rows, rms, x = fit(points, f_max)
+    top = "the best rate" if rate else f"{f_max:.0f} MHz"
+    print(f"exponent {e:.2f}, static power {static:.1f} W, one busy SM at {top}: "
           + ", ".join(f"{k} {v:.3f} W" for k, v in c.items()) + f"; rms {rms:.1f} W over {len(rows)} points")
     print(f"{'data':>7s} {'SMs':>4s} {'MHz':>6s} {'W':>7s} {'fit W':>7s}")
-    for p, r in zip(result["points"], rows):
-        print(f"{p.get('data', 'small'):>7s} {p['sms']:4d} {p['mhz']:6.0f} {p['watts']:7.1f} {sum(a * b for a, b in zip(r, x)):7.1f}")
-    for g in result.get("gemm", []):
+    for p, r in zip(points, rows):
+        clock = f"{p['mhz']:6.3f}" if rate else f"{p['mhz']:6.0f}"
+        print(f"{p.get('data', 'small'):>7s} {p['sms']:4d} {clock} {p['watts']:7.1f} {sum(a * b for a, b in zip(r, x)):7.1f}")
+    for g in [] if rate else result.get("gemm", []):
         # The GEMM's SM power at its limit: what the board draws less the static part.
         dyn = g["watts"] - static
         print(f"{g['name']}: {g['mhz']:.0f} MHz at {g['watts']:.0f} W; at a lower limit L its clock is "

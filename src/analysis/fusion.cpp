@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "engine/power_runs.hpp"
 #include "graph/graph_checks.hpp"
 #include "graph/queues.hpp"
 
@@ -370,6 +371,15 @@ FusionAnalysis analyse_fusions(const StepGraph& graph, const CostModel& cost, co
   a.scenario = graph.scenario;
   a.greedy = options.greedy;
   a.candidates = find_fusion_candidates(graph);
+  // Each graph in its own power state, as `simulate` runs it (engine/power_runs.hpp).
+  auto run = [&](const StepGraph& g) {
+    const PoweredSteps p = simulate_in_power_state(cost.hardware(), [&](const CostModel& c) {
+      Engine engine(g, c);
+      return std::vector<StepResult>{engine.run(options.engine)};
+    });
+    ++a.simulations;
+    return p.results.front();
+  };
   auto simulate = [&](const std::vector<int32_t>& chosen, double& step_s, double& peak) {
     std::vector<FusionChain> chains;
     for (int32_t c : chosen) {
@@ -381,16 +391,12 @@ FusionAnalysis analyse_fusions(const StepGraph& graph, const CostModel& cost, co
       const auto errors = check_step_graph(g);
       if (!errors.empty()) throw std::logic_error("fusion: the rewritten graph fails a check: " + errors.front());
     }
-    Engine engine(g, cost);
-    const StepResult r = engine.run(options.engine);
-    ++a.simulations;
+    const StepResult r = run(g);
     step_s = seconds(r.step_time);
     peak = peak_of(r);
   };
   {
-    Engine engine(graph, cost);
-    const StepResult r = engine.run(options.engine);
-    ++a.simulations;
+    const StepResult r = run(graph);
     a.baseline_step_s = seconds(r.step_time);
     a.baseline_peak_hbm_bytes = peak_of(r);
   }

@@ -101,7 +101,7 @@ struct FusionAnalysis {
   std::vector<FusionGain> gains;          // one per candidate, best (most negative delta) first
   std::vector<FusionCumulative> cumulative;  // greedy: each step adds the remaining top candidate that helps most
   bool greedy = true;
-  int64_t simulations = 0;
+  int64_t simulations = 0;  // graphs simulated (each in its power state: engine/power_runs.hpp)
 };
 
 // Finds the candidates, simulates the baseline and each candidate alone, then the greedy order

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "engine/power_runs.hpp"
 #include "graph/step_graph.hpp"
 
 namespace moesim {
@@ -152,8 +153,9 @@ std::vector<KnownFusion> known_fusions(const InputText& input, const Scenario& s
       k.hbm_bytes_saved_per_rank = std::max(k.hbm_bytes_saved_per_rank, base[i].bytes - w.bytes);
       k.kept_activation_bytes_saved = std::max(k.kept_activation_bytes_saved, base[i].kept - w.kept);
     }
-    const CostModel cost(fused.hardware);
-    const StepResult r = Engine(g, cost).run(engine);
+    const StepResult r = simulate_in_power_state(fused.hardware, [&](const CostModel& cost) {
+                           return std::vector<StepResult>{Engine(g, cost).run(engine)};
+                         }).results.front();
     k.step_time_s = static_cast<double>(r.step_time) * 1e-12;
     k.step_delta_s = k.step_time_s - baseline_step_s;
     k.peak_hbm_bytes = peak_of(r);

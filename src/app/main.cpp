@@ -30,6 +30,7 @@
 #include "core/json_input.hpp"
 #include "core/output_file.hpp"
 #include "cost/calibration.hpp"
+#include "engine/power_runs.hpp"
 #include "engine/sampled_steps.hpp"
 #include "graph/graph_checks.hpp"
 #include "graph/graph_json.hpp"
@@ -368,7 +369,6 @@ int main(int argc, char** argv) {
       const auto start = std::chrono::steady_clock::now();
       const StepGraph graph = opt.graph_file.empty() ? build_step_graph(s) : imported_graph_for(opt.graph_file, s);
       const GraphStats stats = compute_stats(graph);
-      const CostModel cost(s.hardware);
       EngineOptions eo;
       eo.distinct_ranks = opt.distinct_ranks;
       eo.rank_speed = rank_speeds(s.spec);
@@ -383,22 +383,27 @@ int main(int argc, char** argv) {
         draw_progress(0, so.steps, "sampled steps", start);
         so.on_step = [&](int64_t done) { draw_progress(done, so.steps, "sampled steps", start); };
       }
-      std::vector<StepResult> results;
+      PoweredSteps powered;
       try {
-        results = run_sampled_steps(graph, cost, eo, so);
+        powered = simulate_in_power_state(s.hardware, [&](const CostModel& cost) { return run_sampled_steps(graph, cost, eo, so); });
       } catch (const SimulationError& e) {
         // A graph the user edited may deadlock: that is their input, not our internal error.
         if (opt.graph_file.empty()) throw;
         throw InputError("--graph", "", e.what());
       }
       if (show_progress) end_progress();
+      const std::vector<StepResult>& results = powered.results;
       const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (!opt.trace.empty()) {
         write_file_atomically(opt.trace, chrome_trace_json(graph, results.front().timeline, TraceOptions{opt.trace_ranks}),
                               "--trace");
       }
       if (!opt.memory_csv.empty()) write_file_atomically(opt.memory_csv, memory_csv(results.front().timeline), "--memory-csv");
-      const StepReport report = make_step_report(s, graph, stats, results, wall);
+      StepReport report = make_step_report(s, graph, stats, results, wall);
+      if (s.hardware.device.power) {
+        report.power = powered.state;
+        report.power_runs = powered.runs;
+      }
       print(opt.json ? step_report_json(report) : step_report_text(report));
     } else if (model_info->parsed()) {
       const InputText input = read_input(opt.model, "models", "MODEL");

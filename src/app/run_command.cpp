@@ -15,6 +15,7 @@
 #include "core/json_input.hpp"
 #include "core/output_file.hpp"
 #include "engine/engine.hpp"
+#include "engine/power_runs.hpp"
 #include "report/trace.hpp"
 
 namespace moesim {
@@ -152,14 +153,17 @@ std::string run_validate_command(const RunCommand& c, Distributed& job) {
   const Loaded l = load(c);
   const cuda::ExecResult measured = execute(c, l, job);
   if (job.rank() != 0) return {};
-  const CostModel cost(l.scenario.hardware);
-  Engine engine(l.graph, cost);
   EngineOptions eo;
   eo.step = 0;  // the executor's routing sample
   eo.record_timeline = true;
   eo.record_memory_ranks = l.graph.plan.num_ranks();
   eo.rank_speed = rank_speeds(l.scenario.spec);
-  const StepResult predicted = engine.run(eo);
+  const PoweredSteps powered = simulate_in_power_state(l.scenario.hardware, [&](const CostModel& cost) {
+    Engine engine(l.graph, cost);
+    return std::vector<StepResult>{engine.run(eo)};
+  });
+  const StepResult& predicted = powered.results.front();
+  const CostModel cost(l.scenario.hardware, powered.state);
 
   const double meas_step = static_cast<double>(measured.step_time) * 1e-12;
   const double pred_step = static_cast<double>(predicted.step_time) * 1e-12;
@@ -247,6 +251,7 @@ std::string run_validate_command(const RunCommand& c, Distributed& job) {
                     std::to_string(measured.ranks.size()) + " rank(s)\n";
   out += "  step time      measured " + fmt("%.4f s", meas_step) + ", predicted " + fmt("%.4f s", pred_step) + ", error " +
          pct(step_err) + "  [" + verdict(step_err) + ", target 5%]\n";
+  if (l.scenario.hardware.device.power) out += "  power state    " + describe(powered.state) + "\n";
   if (replay_step > 0) {
     out += "                 the measured op times under the queue rules (no cost model): " + fmt("%.4f s", replay_step) +
            ", " + pct(replay_err) + " of the measured step\n";

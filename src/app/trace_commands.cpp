@@ -16,6 +16,7 @@
 #include "core/output_file.hpp"
 #include "cost/calibration.hpp"
 #include "engine/engine.hpp"
+#include "engine/power_runs.hpp"
 #include "trace/host_fit.hpp"
 #include "trace/kineto_trace.hpp"
 #include "trace/trace_fit.hpp"
@@ -159,11 +160,17 @@ std::string run_calibrate_from_trace(const TraceCommand& c) {
     const std::string& sc = c.scenarios.size() == 1 ? c.scenarios.front() : c.scenarios[i];
     matched.push_back(load_matched(c.traces[i], sc, "", c.hardware));
     costs.push_back(std::make_unique<CostModel>(matched.back()->scenario.hardware));
-    sources.push_back({&matched.back()->match, &matched.back()->graph, costs.back().get(), matched.back()->scenario.file});
+    sources.push_back({&matched.back()->match, &matched.back()->graph, costs.back().get(), matched.back()->scenario.file, {}});
+    if (has_power_model(matched.back()->scenario.hardware)) {
+      sources.back().power = measured_power_state(matched.back()->scenario.hardware, measured_activity(matched.back()->match));
+    }
   }
   const TraceFit fit = fit_calibration_from_traces(sources, c.command);
   std::string summary = "calibrate --from-trace:\n";
   for (const auto& m : matched) summary += match_summary(m->match);
+  for (const TraceFitSource& src : sources) {
+    if (src.power.solved) summary += "  power state of " + src.match->trace_file + ": " + describe(src.power) + " (tables at the limit's)\n";
+  }
   summary += fit.summary;
   // The host's pace belongs to the traced job, not to the hardware: printed for its scenario.
   for (const auto& m : matched) {
@@ -186,13 +193,16 @@ std::string run_validate_from_trace(const TraceCommand& c) {
   const std::unique_ptr<Matched> mm = load_matched(c.traces.front(), c.scenarios.front(), c.calibration, c.hardware);
   const Matched& m = *mm;
   const TraceMatch& t = m.match;
-  const CostModel cost(m.scenario.hardware);
-  Engine engine(m.graph, cost);
   EngineOptions eo;
   eo.record_timeline = true;
   eo.record_memory_ranks = m.graph.plan.num_ranks();
   eo.rank_speed = rank_speeds(m.scenario.spec);
-  const StepResult r = engine.run(eo);
+  const PoweredSteps powered = simulate_in_power_state(m.scenario.hardware, [&](const CostModel& cost) {
+    Engine engine(m.graph, cost);
+    return std::vector<StepResult>{engine.run(eo)};
+  });
+  const StepResult& r = powered.results.front();
+  const CostModel cost(m.scenario.hardware, powered.state);
   const int64_t rank = t.rank;
   const Program& p = traced_program(m);
   const HostPaceFit host = fit_host_pace(host_pace_rows(t, p));
@@ -304,6 +314,7 @@ std::string run_validate_from_trace(const TraceCommand& c) {
          std::to_string(t.steps.size()) + "; kernels busy " + fmt("%.4f s", meas_busy) + "), predicted " +
          fmt("%.4f s", pred_step) + ", error " + pct(step_err) + "  [" +
          (std::fabs(step_err) <= kStepTarget ? "pass" : "FAIL") + ", target 5%]\n";
+  if (m.scenario.hardware.device.power) out += "  power state    " + describe(powered.state) + "\n";
   // Where the measured step goes: the scenario's ops (what the simulator predicts), kernels of no
   // op, and the GPU idle (the span less the busy time; overlapping streams make the parts approximate).
   out += "                 measured = scenario's ops " + fmt("%.4f s", t.matched_seconds) + " + kernels of no op " +

@@ -24,8 +24,9 @@ double CollectiveCost::seconds() const {
   return t;
 }
 
-CostModel::CostModel(const HardwareSpec& hardware)
-    : hw_(hardware), compute_scale_(hardware.device.power ? hardware.device.power->compute_scale() : 1.0) {
+CostModel::CostModel(const HardwareSpec& hardware) : CostModel(hardware, fixed_power_state(hardware)) {}
+
+CostModel::CostModel(const HardwareSpec& hardware, const PowerState& power) : hw_(hardware), power_(power) {
   if (hw_.calibration_input) {
     calibration_ = std::make_shared<const Calibration>(hw_.calibration_json ? load_calibration(*hw_.calibration_input, *hw_.calibration_json)
                                                                             : load_calibration(*hw_.calibration_input));
@@ -34,10 +35,16 @@ CostModel::CostModel(const HardwareSpec& hardware)
 
 double CostModel::peak(Dtype dtype) const {
   const auto& p = hw_.device.peak_flops;
-  if (auto v = p.of(dtype)) return v->value * compute_scale_;
+  if (auto v = p.of(dtype)) return v->value;
   // A format the device has no tensor units for (fp32 optimizer math on some NPUs) runs at the
   // best format it has, which overstates it; such ops are memory-bound in practice.
-  return p.bf16.value * compute_scale_;
+  return p.bf16.value;
+}
+
+double CostModel::compute_rate(const Op& op) const {
+  const PowerClass c = power_class(op.kind);
+  // A memory-bound op's arithmetic runs on the SMs' clock as the GEMMs' does.
+  return power_.rate_of(c == PowerClass::memory ? PowerClass::gemm : c);
 }
 
 std::pair<CostModel::Curve, double> CostModel::curve_of(const Op& op, double rows_scale) const {
@@ -138,7 +145,7 @@ double CostModel::kernel_seconds(const Op& op, double rows_scale) const {
       const double rows = std::max(static_cast<double>(op.m) * rows_scale, 1.0);
       const bool counts_bytes = attention_table_counts_bytes(op.kind);
       const double work = counts_bytes ? bytes : flops;
-      if (work > 0) return work / (att->at(rows) * (counts_bytes ? 1.0 : compute_scale_)) + launch_s;
+      if (work > 0) return work / (att->at(rows) * (counts_bytes ? 1.0 : compute_rate(op))) + launch_s;
     }
   }
   // Calibrated CCE loss (kernels/cce): the executor's chunked loss measured whole - logits GEMMs,
@@ -146,7 +153,7 @@ double CostModel::kernel_seconds(const Op& op, double rows_scale) const {
   // pass (forward: fwd and recompute; backward with or without dW). Without that pass's table the
   // op stays on the GEMM table or curve below, as one fused kernel at GEMM efficiency.
   if (cal && op.dtype == Dtype::bf16 && flops > 0) {
-    if (const CalibrationTable* cce = cal->cce_table(op)) return flops / (cce->at(static_cast<double>(op.k)) * compute_scale_) + launch_s;
+    if (const CalibrationTable* cce = cal->cce_table(op)) return flops / (cce->at(static_cast<double>(op.k)) * compute_rate(op)) + launch_s;
   }
   // Calibrated memory-bound kernels of this kind and pass (kernels/memory_by_kind): the measured
   // rate is the whole kernel, its arithmetic included, so no roofline max with the FLOP term.
@@ -163,8 +170,8 @@ double CostModel::kernel_seconds(const Op& op, double rows_scale) const {
     // A calibrated GEMM's measured FLOP/s is the whole kernel, its memory traffic included (as the
     // attention tables): no roofline max with the memory term, whose table may come from slower
     // memory-bound kernels (a fit to a profiler trace, src/trace/trace_fit.hpp).
-    if (table && *table) return flops / ((*table)->at(x) * compute_scale_) + cast_s + launch_s;
-    t = flops / (peak(op.dtype) * efficiency(op, rows_scale));
+    if (table && *table) return flops / ((*table)->at(x) * compute_rate(op)) + cast_s + launch_s;
+    t = flops / (peak(op.dtype) * compute_rate(op) * efficiency(op, rows_scale));
   }
   if (bytes > 0) t = std::max(t, bytes / memory_bandwidth(op.kind, bytes));
   return t + cast_s + launch_s;

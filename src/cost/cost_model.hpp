@@ -8,7 +8,8 @@
 // of attention kernels on the attention_backward curve when the file has one). Host
 // copies: latency + bytes / (host bandwidth * eff_copy). A device run below the power limit its
 // efficiencies were measured at (device.power) has every compute rate - peak x curve, or a
-// calibrated FLOP/s - scaled by PowerSpec::compute_scale; bandwidths are not.
+// calibrated FLOP/s - scaled by PowerSpec::compute_scale; bandwidths are not. Given a step's power
+// state (cost/power_state.hpp), each compute class runs at that state's rate instead.
 //
 // Collectives (alone, no contention): latency terms plus the bytes each rank puts on the wire over
 // the bandwidth it reaches, for the algorithm NCCL would pick:
@@ -44,6 +45,7 @@
 #include <vector>
 
 #include "cost/calibration.hpp"
+#include "cost/power_state.hpp"
 #include "graph/op.hpp"
 #include "hardware/hardware_spec.hpp"
 
@@ -74,7 +76,8 @@ struct CollectiveCost {
 
 class CostModel {
  public:
-  explicit CostModel(const HardwareSpec& hardware);
+  explicit CostModel(const HardwareSpec& hardware);  // at fixed_power_state(hardware)
+  CostModel(const HardwareSpec& hardware, const PowerState& power);
 
   // A kernel or host copy alone on one device. `rows_scale` scales the op's work for the
   // rows a rank actually processes (sampled routing) against the expected rows the op holds.
@@ -115,6 +118,7 @@ class CostModel {
   static double bus_factor(OpKind kind, int64_t n);
 
   const HardwareSpec& hardware() const { return hw_; }
+  const PowerState& power_state() const { return power_; }
 
   // What a transfer reaches on a link of `link_bytes_per_s`: the link x the hardware's collective
   // efficiency, on the scale-up fabric or (achievable_scale_out) through the NICs and the network's
@@ -136,10 +140,12 @@ class CostModel {
  private:
   double efficiency(const Op& op, double rows_scale) const;
   double peak(Dtype dtype) const;
+  double compute_rate(const Op& op) const;  // power_'s rate for the op's class
 
   HardwareSpec hw_;  // a copy: a cost model is often built from a temporary
-  // Compute-bound rates at the device's power limit relative to the measured ones (PowerSpec).
-  double compute_scale_ = 1;
+  // Compute-bound rates relative to the measured ones: the power limit's fixed scale, or a step's
+  // power state (cost/power_state.hpp).
+  PowerState power_;
   std::shared_ptr<const Calibration> calibration_;  // null without a calibration file; shared by copies
 };
 

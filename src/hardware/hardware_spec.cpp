@@ -54,6 +54,15 @@ void declare_fields(F& f, HostMemorySpec& s) {
 }
 
 template <class F>
+void declare_fields(F& f, DynamicPowerSpec& s) {
+  f.required("gemm", s.gemm, "Tensor-core matmuls (dense and grouped GEMMs, router, CCE loss, indexer score).",
+             positive(limits::kMaxWatts));
+  f.required("attention", s.attention, "Attention cores: flash, sparse (DSA), KDA.", positive(limits::kMaxWatts));
+  f.required("memory", s.memory, "Memory-bound kernels: norms, elementwise, copies, the optimizer.",
+             positive(limits::kMaxWatts));
+}
+
+template <class F>
 void declare_fields(F& f, PowerSpec& s) {
   f.required("limit", s.limit, "The board power limit the part runs at.", positive(limits::kMaxWatts));
   f.required("efficiency_limit", s.efficiency_limit,
@@ -64,10 +73,21 @@ void declare_fields(F& f, PowerSpec& s) {
              "Board power that does not scale with the SM clock (HBM, board, leakage), below both limits.",
              non_negative(limits::kMaxWatts));
   f.required("clock_exponent", s.clock_exponent,
-             "The SMs' power grows as the SM clock to this power (clock times voltage squared, the voltage "
-             "rising with the clock); compute-bound kernels run at ((limit - static_power) / (efficiency_limit - "
-             "static_power))^(1 / clock_exponent) of their measured rate.",
+             "The SMs' power grows as the effective SM clock (a compute-bound kernel's rate relative to its best) to "
+             "this power (clock times voltage squared, the voltage rising with the clock); without dynamic_power, "
+             "compute-bound kernels run at ((limit - static_power) / (efficiency_limit - static_power))^(1 / "
+             "clock_exponent) of their measured rate.",
              between(1, 4));
+  f.maybe("idle_power", s.idle_power,
+          "Board power between kernels within a step (gaps of microseconds to milliseconds); required with "
+          "dynamic_power.",
+          positive(limits::kMaxWatts));
+  f.maybe("dynamic_power", s.dynamic_power,
+          "Each kernel class's power above static_power when it runs at its best rate, the limit not binding (the "
+          "effective clock 1). With it the clock follows each step's mix: the step's mean power (idle gaps at "
+          "idle_power, pipeline bubbles left out) meets the limit, and each compute class runs at that clock over "
+          "the one its efficiencies were measured at, back to back at efficiency_limit (docs/hardware-efficiency.md, "
+          "\"The step's power state\").");
 }
 
 template <class F>
@@ -246,6 +266,16 @@ void check(const std::string& file, const HardwareSpec& h) {
     if (p->static_power.value >= p->limit.value) {
       throw InputError(file, "/device/power/static_power",
                        "must be below limit (" + format(p->limit) + "), got " + format(p->static_power));
+    }
+    if (p->dynamic_power && !p->idle_power) {
+      throw InputError(file, "/device/power/idle_power", "required with dynamic_power");
+    }
+    if (p->idle_power && !p->dynamic_power) {
+      throw InputError(file, "/device/power/dynamic_power", "required with idle_power (nothing else reads it)");
+    }
+    if (p->idle_power && p->idle_power->value >= p->limit.value) {
+      throw InputError(file, "/device/power/idle_power",
+                       "must be below limit (" + format(p->limit) + "), got " + format(*p->idle_power));
     }
   }
   if (h.max_devices) {

@@ -61,11 +61,25 @@ struct HostMemorySpec {
 // the clock) on top of `static_power` (HBM, board, leakage), so the clock at `limit` relative to the
 // clock at `efficiency_limit` is ((limit - static) / (efficiency_limit - static))^(1 / exponent).
 // Memory-bound kernels and collectives keep their rates (HBM and links have clocks of their own).
+//
+// With `dynamic_power` and `idle_power` the clock follows each step's own mix of kernels (the
+// power state, cost/power_state.hpp): each kernel class's power above static_power when it runs
+// at its best rate (no limit binding), and the board's power between kernels. "Clock" there is the
+// effective one, a compute-bound kernel's rate relative to its best: nvidia-smi's SM clock, a
+// 100 ms average, hides how an H100 throttles at its limit.
+struct DynamicPowerSpec {
+  Watts gemm;       // tensor-core matmuls
+  Watts attention;  // attention cores (flash, sparse, KDA)
+  Watts memory;     // memory-bound kernels (norms, elementwise, copies, the optimizer)
+};
+
 struct PowerSpec {
   Watts limit;             // the power limit the part runs at
   Watts efficiency_limit;  // the limit at which the file's efficiencies (and calibration) were measured
   Watts static_power;      // board power that does not scale with the SM clock
   double clock_exponent = 1;
+  std::optional<Watts> idle_power;                // between kernels; with dynamic_power
+  std::optional<DynamicPowerSpec> dynamic_power;  // per kernel class at its best rate
 
   // Compute-bound throughput at `limit` as a fraction of that at `efficiency_limit` (<= 1).
   double compute_scale() const;

@@ -239,6 +239,11 @@ std::string step_report_text(const StepReport& r) {
   std::snprintf(line, sizeof line, "  MFU               %.1f%%   (HFU %.1f%%, peak %s per device)\n", 100 * r.mfu,
                 100 * r.hfu, format_quantity(r.peak_flops_per_device, Dimension::flops_per_s).c_str());
   out << line;
+  if (r.power) {
+    out << "  power state       " << describe(*r.power);
+    if (r.power->solved) out << " (" << r.power_runs << " simulation" << (r.power_runs == 1 ? "" : "s") << ")";
+    out << "\n";
+  }
   out << "  memory            peak HBM " << format_quantity(r.peak_hbm_bytes, Dimension::bytes) << " of "
       << format_quantity(r.hbm_capacity_bytes, Dimension::bytes) << " (rank " << r.peak_rank << ", at " << r.peak_op
       << "; persistent " << format_quantity(r.persistent_bytes, Dimension::bytes) << "), host DDR "
@@ -325,6 +330,14 @@ std::string step_report_json(const StepReport& r) {
   j["peak_flops_per_device"] = r.peak_flops_per_device;
   j["mfu"] = r.mfu;
   j["hfu"] = r.hfu;
+  if (r.power) {
+    const PowerState& p = *r.power;
+    j["power_state"] = {{"solved", p.solved},
+                        {"clock", p.clock},
+                        {"watts", p.watts},
+                        {"rate", {{"gemm", p.rate_of(PowerClass::gemm)}, {"attention", p.rate_of(PowerClass::attention)}}},
+                        {"simulations", r.power_runs}};
+  }
   j["peak_hbm_bytes"] = r.peak_hbm_bytes;
   j["hbm_capacity_bytes"] = r.hbm_capacity_bytes;
   j["peak_ddr_bytes"] = r.peak_ddr_bytes;

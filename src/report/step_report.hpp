@@ -5,10 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "cost/power_state.hpp"
 #include "engine/engine.hpp"
 #include "graph/graph_stats.hpp"
 #include "report/error_band.hpp"
@@ -47,6 +49,10 @@ struct StepReport {
   int64_t domain_size = 0;
   double model_flops_per_step = 0;
   double flops_per_step = 0;
+  // The clock the step ran at under its power limit (cost/power_state.hpp) and how many
+  // simulations settled it; reported for hardware files with device.power.
+  std::optional<PowerState> power;
+  int power_runs = 1;
   double peak_flops_per_device = 0;  // at the compute format
   double mfu = 0;
   double hfu = 0;

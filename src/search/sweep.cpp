@@ -17,6 +17,7 @@
 #include "core/units.hpp"
 #include "cost/cost_model.hpp"
 #include "engine/engine.hpp"
+#include "engine/power_runs.hpp"
 #include "graph/graph_stats.hpp"
 #include "graph/step_graph.hpp"
 #include "report/step_report.hpp"
@@ -150,16 +151,31 @@ StepReport ConfigEvaluator::simulate(const Scenario& s, const LoadedConfig& load
   }
   if (!st.engine) st.engine = std::make_unique<Engine>(*st.graph, *st.cost);
 
-  std::vector<StepResult> steps;
   EngineOptions eo;
   eo.distinct_ranks = distinct_ranks_;
   eo.routing = st.sampler;
   eo.rank_speed = rank_speeds(s.spec);  // the scenario's stragglers
-  for (int64_t step = 0; step < s.spec.routing.num_sampled_steps; ++step) {
-    eo.step = step;
-    steps.push_back(st.engine->run(eo));
+  auto run_steps = [&](Engine& engine) {
+    std::vector<StepResult> steps;
+    for (int64_t step = 0; step < s.spec.routing.num_sampled_steps; ++step) {
+      eo.step = step;
+      steps.push_back(engine.run(eo));
+    }
+    return steps;
+  };
+  // The cached engine runs at the file's fixed power state; a step that settles elsewhere
+  // (power_runs.hpp) runs again on an engine of that state's cost model.
+  const PoweredSteps powered = simulate_in_power_state(s.hardware, [&](const CostModel& cost) {
+    if (cost.power_state().close_to(st.cost->power_state(), 0) && !cost.power_state().solved) return run_steps(*st.engine);
+    Engine engine(*st.graph, cost);
+    return run_steps(engine);
+  });
+  StepReport report = make_step_report(s, *st.graph, st.stats, powered.results, 0.0);
+  if (s.hardware.device.power) {
+    report.power = powered.state;
+    report.power_runs = powered.runs;
   }
-  return make_step_report(s, *st.graph, st.stats, steps, 0.0);
+  return report;
 }
 
 StepReport ConfigEvaluator::explain(int64_t index) {

@@ -74,6 +74,19 @@ std::string fmt(const char* f, double v) {
 
 }  // namespace
 
+StepActivity measured_activity(const TraceMatch& match) {
+  StepActivity a;
+  for (const auto& [name, o] : match.ops) {
+    const PowerClass c = is_communication(o.kind) ? PowerClass::memory : power_class(o.kind);
+    a.busy[static_cast<size_t>(c)] += o.seconds;
+  }
+  double busy = 0;
+  for (const StepMeasure& s : match.steps) busy += s.gpu_busy_s;
+  busy /= std::max(1.0, match.num_steps());
+  a.idle = std::max(0.0, match.step_seconds() - busy);
+  return a;
+}
+
 TraceFit fit_calibration_from_traces(const std::vector<TraceFitSource>& sources, const std::string& command) {
   Table gemm{"min_mnk", "flops_per_s", true, {}}, grouped{"rows_per_group", "flops_per_s", true, {}};
   Table memory{"bytes", "bytes_per_s", false, {}};
@@ -95,6 +108,17 @@ TraceFit fit_calibration_from_traces(const std::vector<TraceFitSource>& sources,
     traces.push_back({{"trace", m.trace_file}, {"scenario", src.scenario}, {"rank", m.rank},
                       {"steps", m.steps.size()}, {"step_gpu_s", m.step_seconds()},
                       {"host", {{"op_issue_s", host.op_issue_s}, {"kernel_issue_s", host.kernel_issue_s}}}});
+    if (src.power.solved) {
+      traces.back()["power_state"] = {{"clock", src.power.clock}, {"watts", src.power.watts},
+                                      {"rate", {{"gemm", src.power.rate_of(PowerClass::gemm)},
+                                                {"attention", src.power.rate_of(PowerClass::attention)}}}};
+    }
+    // A compute-bound point at the reference state: the traced rate over the step's rate.
+    // (Attention tables by bytes are memory-bound work: the cost model does not scale them.)
+    auto reference = [&](const Op& op, double y) {
+      if (is_calibrated_attention_kind(op.kind) && attention_table_counts_bytes(op.kind)) return y;
+      return y / src.power.rate_of(power_class(op.kind));
+    };
     std::unordered_map<std::string, uint32_t> first_op;
     // The passes an op name runs in (bit 0 forward, bit 1 backward): FSDP2's all-gather copy of a
     // unit is one name in forward and again in backward, measured as one.
@@ -132,7 +156,7 @@ TraceFit fit_calibration_from_traces(const std::vector<TraceFitSource>& sources,
       const bool bf16 = op.dtype == Dtype::bf16;
       if (bf16 && op.flops > 0 && is_calibrated_attention_kind(op.kind)) {
         s.x = std::max(static_cast<double>(op.m), 1.0);
-        s.y = op.flops / work_s;
+        s.y = reference(op, op.flops / work_s);
         s.work = op.flops;
         Table& tab = attention[{std::string(enum_name(op.kind)), op.phase == Phase::bwd ? "backward" : "forward"}];
         tab.measure = "query_rows";
@@ -141,7 +165,7 @@ TraceFit fit_calibration_from_traces(const std::vector<TraceFitSource>& sources,
       } else if (bf16 && op.flops > 0 && op.kind == OpKind::cce_loss) {
         // The loss measured whole at its hidden size, per pass, where the cost model reads it.
         s.x = static_cast<double>(op.k);
-        s.y = op.flops / work_s;
+        s.y = reference(op, op.flops / work_s);
         s.work = op.flops;
         Table& tab = cce[std::string(enum_name(cce_pass_of(op)))];
         tab.measure = "hidden_size";
@@ -149,7 +173,7 @@ TraceFit fit_calibration_from_traces(const std::vector<TraceFitSource>& sources,
         tab.samples.push_back(s);
       } else if (bf16 && op.flops > 0 && (curve == CostModel::Curve::gemm || curve == CostModel::Curve::grouped_gemm)) {
         s.x = x;
-        s.y = op.flops / work_s;
+        s.y = reference(op, op.flops / work_s);
         s.work = op.flops;
         (curve == CostModel::Curve::gemm ? gemm : grouped).samples.push_back(s);
       } else if (op.bytes_read + op.bytes_written > 0) {

@@ -15,7 +15,8 @@
 //   collectives/KIND/N    collectives over N > 1 ranks         nccl-tests size      busbw = factor x size / t
 //
 // t is the op's measured GPU time (its kernels' durations summed), launch the hardware file's
-// kernel_launch_overhead, which the cost model adds to every kernel. Where several ops share an
+// kernel_launch_overhead, which the cost model adds to every kernel. On a hardware file with a power
+// model, compute-bound y is divided by the traced step's rate for its class (TraceFitSource::power). Where several ops share an
 // x, the point is their total work over their total time (so they keep their summed time). The
 // cost model reads the narrowest memory table it has for an op (its norm width's, its kind's,
 // then kernels/memory). Caveat: sizes outside the measured range are clamped to the end points.
@@ -35,7 +36,15 @@ struct TraceFitSource {
   const StepGraph* graph = nullptr;
   const CostModel* cost = nullptr;  // the scenario's (curve_of, the launch overhead)
   std::string scenario;              // for provenance
+  // The power state the traced step ran in (measured_power_state of measured_activity, where the
+  // hardware file has a power model): compute-bound points are divided by its rates, so that the
+  // tables hold what the kernels run at back to back at the limit, as every other table does.
+  PowerState power;
 };
+
+// What the traced step's GPU did, per step, in the power model's classes: each op's kernels by its
+// class (collectives and copies as memory-bound work), idle the GPU span less its busy time.
+StepActivity measured_activity(const TraceMatch& match);
 
 struct TraceFit {
   std::string json;     // the calibration file

@@ -13,6 +13,7 @@
 
 #include "analysis/known_fusions.hpp"
 #include "core/json_input.hpp"
+#include "engine/power_runs.hpp"
 
 using namespace moesim;
 
@@ -27,9 +28,12 @@ InputText unfused_k3_slice() {
   return InputText{base.name, j.dump(), base.embedded};
 }
 
+// The step as `simulate` runs it: in its own power state.
 double step_s(const StepGraph& g, const Scenario& s) {
-  const CostModel cost(s.hardware);
-  return static_cast<double>(Engine(g, cost).run({}).step_time) * 1e-12;
+  const PoweredSteps p = simulate_in_power_state(s.hardware, [&](const CostModel& cost) {
+    return std::vector<StepResult>{Engine(g, cost).run({})};
+  });
+  return static_cast<double>(p.results.front().step_time) * 1e-12;
 }
 
 // Bytes of the baseline's kept buffers whose names end with one of `suffixes`, over one program.

@@ -91,7 +91,7 @@ TEST_CASE("below the measured power limit, compute-bound kernels slow by the clo
   const CostModel at_measured(hw);
   // 500 W of a part measured at 700 W, 100 W static, SM power as clock^2.5: the SMs get 400 of
   // 600 W, so the clock is (400 / 600)^(1 / 2.5) = 0.8503 of the measured one.
-  hw.device.power = PowerSpec{Watts{500}, Watts{700}, Watts{100}, 2.5};
+  hw.device.power = PowerSpec{Watts{500}, Watts{700}, Watts{100}, 2.5, std::nullopt, std::nullopt};
   const double scale = std::pow(400.0 / 600.0, 1 / 2.5);
   CHECK(hw.device.power->compute_scale() == doctest::Approx(scale));
   CHECK(scale == doctest::Approx(0.8503).epsilon(1e-4));

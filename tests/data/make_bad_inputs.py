@@ -129,6 +129,11 @@ write("power-above-measured", mutate(hw, setp("/device/power", dict(POWER, limit
 write("power-static-above-limit", mutate(hw, setp("/device/power", dict(POWER, static_power="500 W"))), "hardware", "/device/power/static_power", "must be below limit (500 W)")
 write("power-wrong-unit", mutate(hw, setp("/device/power", dict(POWER, limit="500 J"))), "hardware", "/device/power/limit", "'J' is not a unit of watts")
 write("power-exponent-absurd", mutate(hw, setp("/device/power", dict(POWER, clock_exponent=0.5))), "hardware", "/device/power/clock_exponent", "must be in [1, 4]")
+DYNAMIC = {"gemm": "945 W", "attention": "650 W", "memory": "395 W"}
+write("power-dynamic-without-idle", mutate(hw, setp("/device/power", dict(POWER, dynamic_power=DYNAMIC))), "hardware", "/device/power/idle_power", "required with dynamic_power")
+write("power-idle-without-dynamic", mutate(hw, setp("/device/power", dict(POWER, idle_power="130 W"))), "hardware", "/device/power/dynamic_power", "required with idle_power")
+write("power-idle-above-limit", mutate(hw, setp("/device/power", dict(POWER, idle_power="600 W", dynamic_power=DYNAMIC))), "hardware", "/device/power/idle_power", "must be below limit (500 W)")
+write("power-dynamic-class-missing", mutate(hw, setp("/device/power", dict(POWER, idle_power="130 W", dynamic_power={"gemm": "945 W", "attention": "650 W"}))), "hardware", "/device/power/dynamic_power/memory", "missing required key")
 
 # --- scenarios: the plan's consistency checks -----------------------------------------------------
 write("degrees-product", mutate(scenario, setp("/parallel/fsdp/shard", 64)), "scenario", "/parallel", "the degrees multiply to 64")

@@ -245,7 +245,7 @@ TEST_CASE("matching is deterministic") {
 TEST_CASE("the fit: the fitted calibration gives back the measured time of the ops at each point") {
   const Loaded l = load(kMoe, "scenarios/trace/moe-s4k-mb2.json");
   const CostModel cost(l.scenario.hardware);
-  const TraceFit fit = fit_calibration_from_traces({{&l.match, &l.graph, &cost, "moe-s4k-mb2"}}, "test");
+  const TraceFit fit = fit_calibration_from_traces({{&l.match, &l.graph, &cost, "moe-s4k-mb2", {}}}, "test");
   const nlohmann::json j = nlohmann::json::parse(fit.json);
   CHECK(j["format"] == "moesim-calibration");
   CHECK(j["version"] == 6);
@@ -332,6 +332,33 @@ TEST_CASE("the fit: the fitted calibration gives back the measured time of the o
   CHECK(apart);
 }
 
+TEST_CASE("the fit in a power state: compute points are taken back to the limit's rate, memory-bound ones kept") {
+  const Loaded l = load(kMoe, "scenarios/trace/moe-s4k-mb2.json");
+  const CostModel cost(l.scenario.hardware);
+  PowerState state;
+  state.solved = true;
+  state.rate = {1.2, 0.9, 1.0};
+  const auto plain = nlohmann::json::parse(fit_calibration_from_traces({{&l.match, &l.graph, &cost, "a", {}}}, "test").json);
+  const auto in_state = nlohmann::json::parse(fit_calibration_from_traces({{&l.match, &l.graph, &cost, "a", state}}, "test").json);
+  auto points = [](const nlohmann::json& t) { return t["points"]; };
+  auto same_scaled = [&](const nlohmann::json& a, const nlohmann::json& b, double factor) {
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      CHECK(b[i][0].get<double>() == a[i][0].get<double>());
+      CHECK(b[i][1].get<double>() == doctest::Approx(a[i][1].get<double>() / factor));
+    }
+  };
+  same_scaled(points(plain["kernels"]["gemm"]), points(in_state["kernels"]["gemm"]), 1.2);
+  same_scaled(points(plain["kernels"]["grouped_gemm"]), points(in_state["kernels"]["grouped_gemm"]), 1.2);
+  same_scaled(points(plain["attention"]["flash_attention"]["forward"]), points(in_state["attention"]["flash_attention"]["forward"]), 0.9);
+  same_scaled(points(plain["kernels"]["memory"]), points(in_state["kernels"]["memory"]), 1.0);
+  CHECK(in_state["provenance"]["traces"][0]["power_state"]["rate"]["gemm"] == 1.2);
+  // The trace's activity adds up to its step: busy classes and idle at least the GPU span.
+  const StepActivity a = measured_activity(l.match);
+  CHECK(a.busy[0] + a.busy[1] + a.busy[2] + a.idle >= 0.99 * l.match.step_seconds());
+  CHECK(a.busy[static_cast<size_t>(PowerClass::gemm)] > 0);
+}
+
 TEST_CASE("the fit: CCE loss ops go to kernels/cce by pass at their hidden size and get their measured time back") {
   // Measured times of the CCE ops alone (no shipped trace has a CCE loss): the Qwen3 slice's head
   // trains (backward), the K3 slice's is frozen under LoRA (backward_frozen).
@@ -356,7 +383,7 @@ TEST_CASE("the fit: CCE loss ops go to kernels/cce by pass at their hidden size 
       o.num_kernels += 2 * op.num_groups;
     }
     REQUIRE(m.ops.size() == 3);
-    const TraceFit fit = fit_calibration_from_traces({{&m, &g, &cost, "cce"}}, "test");
+    const TraceFit fit = fit_calibration_from_traces({{&m, &g, &cost, "cce", {}}}, "test");
     const nlohmann::json j = nlohmann::json::parse(fit.json);
     CHECK(!j["kernels"].contains("gemm"));  // not on the GEMM table any more
     REQUIRE(j["kernels"]["cce"].contains("forward"));
@@ -451,7 +478,7 @@ TEST_CASE("collectives: NCCL kernels go to the scenario's collectives of their k
   CHECK(m.unmatched[1].num_kernels == 1);
   // The fit puts each collective at its nccl-tests size: busbw = (n-1)/n x size / time.
   const CostModel cost(s.hardware);
-  const TraceFit fit = fit_calibration_from_traces({{&m, &g, &cost, "dense-2ranks"}}, "test");
+  const TraceFit fit = fit_calibration_from_traces({{&m, &g, &cost, "dense-2ranks", {}}}, "test");
   const nlohmann::json j = nlohmann::json::parse(fit.json);
   REQUIRE(j["collectives"]["all_gather"].contains("2"));
   REQUIRE(j["collectives"]["reduce_scatter"].contains("2"));

@@ -17,7 +17,7 @@ Usage (one GPU; torchrun --nproc-per-node N for N GPUs: FSDP over all, experts s
 
     python3 harness.py --out traces/ --config dense:4096:2 --config moe:4096:2
 
-A config is MODEL:SEQ:MICRO_BATCHES[:RECOMPUTE] (one sequence per micro-batch; MODEL dense or moe;
+A config is MODEL:SEQ:MICRO_BATCHES[:RECOMPUTE] (one sequence per micro-batch; MODEL dense, moe or llama8b;
 RECOMPUTE none, the default, or full: each layer's forward rerun in backward, the scenario's
 recompute.policy full); the trace of each is OUT/MODEL-sSEQ-mbN[-full].rankR.json.gz, and the .txt
 of the same name its summary.
@@ -44,6 +44,10 @@ MODELS = {
                   ffn=5632, experts=0, top_k=0, expert_ffn=0),
     "moe": dict(hidden=2048, layers=4, vocab=32768, heads=32, kv_heads=4, head_dim=128, qk_norm=True,
                 ffn=0, experts=32, top_k=8, expert_ffn=768),
+    # Llama 3.1 8B's shapes in 4 layers (models/calibration/llama-3.1-8b-l4.json), written as
+    # torchtitan's eager Llama writes them: RoPE through complex numbers, w1 and w3 two projections.
+    "llama8b": dict(hidden=4096, layers=4, vocab=128256, heads=32, kv_heads=8, head_dim=128, qk_norm=False,
+                    ffn=14336, experts=0, top_k=0, expert_ffn=0, torchtitan=True),
 }
 
 
@@ -135,6 +139,20 @@ def apply_rope(x, cos, sin):  # x: [b, s, h, d]
     return torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2)
 
 
+_phasors = {}  # the complex tables of each (cos, sin) pair, made once as torchtitan's freqs_cis
+
+
+def apply_rope_complex(x, cos, sin):
+    # torchtitan's apply_rotary_emb: pairs as complex numbers in FP32, times the unit phasors,
+    # back to the input's type (the scenario's eager_rope "complex").
+    key = (cos.data_ptr(), sin.data_ptr())
+    if key not in _phasors:
+        _phasors.clear()
+        _phasors[key] = torch.complex(cos.float(), sin.float())[None, :, None, :]
+    xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    return torch.view_as_real(xc * _phasors[key]).flatten(3).type_as(x)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg, layer):
         super().__init__()
@@ -145,6 +163,7 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(d, kv * hd, bias=False)
         self.o_proj = nn.Linear(h * hd, d, bias=False)
         self.qk_norm = cfg["qk_norm"]
+        self.rope = apply_rope_complex if cfg.get("torchtitan") else apply_rope
         if self.qk_norm:
             self.q_norm = nn.RMSNorm(hd, eps=1e-6)
             self.k_norm = nn.RMSNorm(hd, eps=1e-6)
@@ -160,8 +179,8 @@ class Attention(nn.Module):
             k = op_range(p + ".k_norm", self.k_norm, k)
         # The graph's attn.rope op (fused_ops.elementwise compiled or eager) rotates q and k: both
         # ranges carry its name, and the matcher adds their kernels (eager_rope "real" is this form).
-        q = op_range(p + ".rope", lambda t: apply_rope(t, cos, sin), q)
-        k = op_range(p + ".rope", lambda t: apply_rope(t, cos, sin), k)
+        q = op_range(p + ".rope", lambda t: self.rope(t, cos, sin), q)
+        k = op_range(p + ".rope", lambda t: self.rope(t, cos, sin), k)
         o = op_range(p + ".flash_attention",
                      lambda q, k, v: F.scaled_dot_product_attention(
                          q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
@@ -174,12 +193,21 @@ class DenseFFN(nn.Module):
         super().__init__()
         d, f = cfg["hidden"], cfg["ffn"]
         self.p = f"layer{layer}.ffn"
-        self.up_proj = nn.Linear(d, 2 * f, bias=False)  # gate and up fused, as the graph's up_proj
+        self.split = bool(cfg.get("torchtitan"))
+        if self.split:  # torchtitan's w1 (gate) and w3 (up): two GEMMs in the graph's one up_proj
+            self.w1 = nn.Linear(d, f, bias=False)
+            self.w3 = nn.Linear(d, f, bias=False)
+        else:
+            self.up_proj = nn.Linear(d, 2 * f, bias=False)  # gate and up fused, as the graph's up_proj
         self.down_proj = nn.Linear(f, d, bias=False)
 
     def forward(self, x):
-        u = op_range(self.p + ".up_proj", self.up_proj, x)
-        a = op_range(self.p + ".act", swiglu, u)
+        if self.split:
+            g, u = op_range(self.p + ".up_proj", lambda t: (self.w1(t), self.w3(t)), x)
+            a = op_range(self.p + ".act", lambda g, u: F.silu(g) * u, g, u)
+        else:
+            u = op_range(self.p + ".up_proj", self.up_proj, x)
+            a = op_range(self.p + ".act", swiglu, u)
         return op_range(self.p + ".down_proj", self.down_proj, a)
 
 

@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: MIT
+#include "engine/power_runs.hpp"
+
+namespace moesim {
+
+StepActivity step_activity(const StepResult& r) {
+  StepActivity a;
+  for (const auto& [kind, ps] : r.compute_busy) a.busy[static_cast<size_t>(power_class(kind))] += static_cast<double>(ps) * 1e-12;
+  for (const auto& [cause, ps] : r.exposed) {
+    const double s = static_cast<double>(ps) * 1e-12;
+    if (cause == "pipeline_bubble") continue;
+    if (cause == "host" || cause == "swap" || cause == "other") {
+      a.idle += s;
+    } else {  // a collective's kind, or data_parallel
+      a.busy[static_cast<size_t>(PowerClass::memory)] += s;
+    }
+  }
+  return a;
+}
+
+StepActivity mean_activity(const std::vector<StepResult>& results) {
+  StepActivity m;
+  for (const StepResult& r : results) {
+    const StepActivity a = step_activity(r);
+    for (size_t c = 0; c < kNumPowerClasses; ++c) m.busy[c] += a.busy[c];
+    m.idle += a.idle;
+  }
+  const double n = results.empty() ? 1.0 : static_cast<double>(results.size());
+  for (double& b : m.busy) b /= n;
+  m.idle /= n;
+  return m;
+}
+
+PoweredSteps simulate_in_power_state(const HardwareSpec& hw,
+                                     const std::function<std::vector<StepResult>(const CostModel&)>& simulate) {
+  PoweredSteps out;
+  out.state = fixed_power_state(hw);
+  out.results = simulate(CostModel(hw, out.state));
+  out.runs = 1;
+  if (!has_power_model(hw)) return out;
+  while (out.runs < kMaxPowerStateRuns) {
+    const PowerState next = solve_power_state(hw, mean_activity(out.results), out.state);
+    if (next.close_to(out.state, kPowerStateTolerance)) {
+      out.state.solved = true;
+      out.state.watts = next.watts;
+      out.state.clock = next.clock;
+      return out;
+    }
+    out.state = next;
+    out.results = simulate(CostModel(hw, out.state));
+    ++out.runs;
+  }
+  return out;
+}
+
+}  // namespace moesim

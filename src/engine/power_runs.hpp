@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: MIT
+// A step simulated in its own power state (cost/power_state.hpp). The clock depends on the power
+// the step's mix of kernels draws, and the kernels' times on the clock, so the state is a fixed
+// point: simulate at the hardware file's fixed state, solve the state the step's activity draws,
+// simulate again in it, until the state moves by less than kPowerStateTolerance.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "cost/cost_model.hpp"
+#include "cost/power_state.hpp"
+#include "engine/engine.hpp"
+
+namespace moesim {
+
+inline constexpr double kPowerStateTolerance = 0.005;  // relative, on every class's rate
+inline constexpr int kMaxPowerStateRuns = 3;
+
+// What the step-ending rank's compute stream did (StepResult::compute_busy and exposed) in the
+// power model's classes: compute kernels by class; waits for collectives and FSDP2's copies as
+// memory-bound work (their kernels move bytes); waits for the host, swaps and the rest as idle;
+// pipeline bubbles left out (they outlast the power controller's window).
+StepActivity step_activity(const StepResult& r);
+// The mean over sampled steps.
+StepActivity mean_activity(const std::vector<StepResult>& results);
+
+struct PoweredSteps {
+  std::vector<StepResult> results;
+  PowerState state;  // the state `results` ran in
+  int runs = 0;      // simulations it took (1: the fixed state, no power model)
+};
+
+// Calls simulate(cost) with a cost model at fixed_power_state(hw) and, where the file has a power
+// model (has_power_model), again in the state the results' mean activity solves, until the state
+// moves by less than kPowerStateTolerance or kMaxPowerStateRuns simulations ran.
+PoweredSteps simulate_in_power_state(const HardwareSpec& hw,
+                                     const std::function<std::vector<StepResult>(const CostModel&)>& simulate);
+
+}  // namespace moesim

@@ -376,7 +376,7 @@ FusionAnalysis analyse_fusions(const StepGraph& graph, const CostModel& cost, co
     const PoweredSteps p = simulate_in_power_state(cost.hardware(), [&](const CostModel& c) {
       Engine engine(g, c);
       return std::vector<StepResult>{engine.run(options.engine)};
-    });
+    }, &g);
     ++a.simulations;
     return p.results.front();
   };

@@ -155,7 +155,7 @@ std::vector<KnownFusion> known_fusions(const InputText& input, const Scenario& s
     }
     const StepResult r = simulate_in_power_state(fused.hardware, [&](const CostModel& cost) {
                            return std::vector<StepResult>{Engine(g, cost).run(engine)};
-                         }).results.front();
+                         }, &g).results.front();
     k.step_time_s = static_cast<double>(r.step_time) * 1e-12;
     k.step_delta_s = k.step_time_s - baseline_step_s;
     k.peak_hbm_bytes = peak_of(r);

@@ -161,7 +161,7 @@ std::string run_validate_command(const RunCommand& c, Distributed& job) {
   const PoweredSteps powered = simulate_in_power_state(l.scenario.hardware, [&](const CostModel& cost) {
     Engine engine(l.graph, cost);
     return std::vector<StepResult>{engine.run(eo)};
-  });
+  }, &l.graph);
   const StepResult& predicted = powered.results.front();
   const CostModel cost(l.scenario.hardware, powered.state);
 

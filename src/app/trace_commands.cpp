@@ -200,7 +200,7 @@ std::string run_validate_from_trace(const TraceCommand& c) {
   const PoweredSteps powered = simulate_in_power_state(m.scenario.hardware, [&](const CostModel& cost) {
     Engine engine(m.graph, cost);
     return std::vector<StepResult>{engine.run(eo)};
-  });
+  }, &m.graph);
   const StepResult& r = powered.results.front();
   const CostModel cost(m.scenario.hardware, powered.state);
   const int64_t rank = t.rank;

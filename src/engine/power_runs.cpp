@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "engine/power_runs.hpp"
 
+#include "graph/queues.hpp"
+
 namespace moesim {
 
 StepActivity step_activity(const StepResult& r) {
@@ -18,6 +20,24 @@ StepActivity step_activity(const StepResult& r) {
   return a;
 }
 
+StepActivity static_activity(const StepGraph& graph, const CostModel& cost) {
+  StepActivity busiest;
+  double most = -1;
+  for (const Program& p : graph.programs) {
+    StepActivity a;
+    for (const Op& op : p.ops) {
+      if (queue_of(op) != kComputeQueue || is_communication(op.kind)) continue;
+      a.busy[static_cast<size_t>(power_class(op.kind))] += cost.kernel_seconds(op, 1.0);
+    }
+    const double total = a.busy[0] + a.busy[1] + a.busy[2];
+    if (total > most) {
+      most = total;
+      busiest = a;
+    }
+  }
+  return busiest;
+}
+
 StepActivity mean_activity(const std::vector<StepResult>& results) {
   StepActivity m;
   for (const StepResult& r : results) {
@@ -32,9 +52,13 @@ StepActivity mean_activity(const std::vector<StepResult>& results) {
 }
 
 PoweredSteps simulate_in_power_state(const HardwareSpec& hw,
-                                     const std::function<std::vector<StepResult>(const CostModel&)>& simulate) {
+                                     const std::function<std::vector<StepResult>(const CostModel&)>& simulate,
+                                     const StepGraph* graph) {
   PoweredSteps out;
   out.state = fixed_power_state(hw);
+  if (graph && has_power_model(hw)) {
+    out.state = solve_power_state(hw, static_activity(*graph, CostModel(hw, out.state)), out.state);
+  }
   out.results = simulate(CostModel(hw, out.state));
   out.runs = 1;
   if (!has_power_model(hw)) return out;

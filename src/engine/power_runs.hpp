@@ -11,6 +11,7 @@
 #include "cost/cost_model.hpp"
 #include "cost/power_state.hpp"
 #include "engine/engine.hpp"
+#include "graph/step_graph.hpp"
 
 namespace moesim {
 
@@ -25,6 +26,11 @@ StepActivity step_activity(const StepResult& r);
 // The mean over sampled steps.
 StepActivity mean_activity(const std::vector<StepResult>& results);
 
+// A first guess of a step's activity before any simulation: the compute-queue ops' kernel times
+// in `cost`, by class, of the busiest program (pipeline stage), no idle time. For GPU-bound steps it
+// is close enough that the first simulation already runs in the settled state.
+StepActivity static_activity(const StepGraph& graph, const CostModel& cost);
+
 struct PoweredSteps {
   std::vector<StepResult> results;
   PowerState state;  // the state `results` ran in
@@ -33,8 +39,11 @@ struct PoweredSteps {
 
 // Calls simulate(cost) with a cost model at fixed_power_state(hw) and, where the file has a power
 // model (has_power_model), again in the state the results' mean activity solves, until the state
-// moves by less than kPowerStateTolerance or kMaxPowerStateRuns simulations ran.
+// moves by less than kPowerStateTolerance or kMaxPowerStateRuns simulations ran. With `graph`, the
+// first simulation runs in the state static_activity solves instead of the fixed one (usually
+// the settled state: one simulation).
 PoweredSteps simulate_in_power_state(const HardwareSpec& hw,
-                                     const std::function<std::vector<StepResult>(const CostModel&)>& simulate);
+                                     const std::function<std::vector<StepResult>(const CostModel&)>& simulate,
+                                     const StepGraph* graph = nullptr);
 
 }  // namespace moesim

@@ -169,7 +169,7 @@ StepReport ConfigEvaluator::simulate(const Scenario& s, const LoadedConfig& load
     if (cost.power_state().close_to(st.cost->power_state(), 0) && !cost.power_state().solved) return run_steps(*st.engine);
     Engine engine(*st.graph, cost);
     return run_steps(engine);
-  });
+  }, st.graph.get());
   StepReport report = make_step_report(s, *st.graph, st.stats, powered.results, 0.0);
   if (s.hardware.device.power) {
     report.power = powered.state;

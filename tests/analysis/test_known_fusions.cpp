@@ -32,7 +32,7 @@ InputText unfused_k3_slice() {
 double step_s(const StepGraph& g, const Scenario& s) {
   const PoweredSteps p = simulate_in_power_state(s.hardware, [&](const CostModel& cost) {
     return std::vector<StepResult>{Engine(g, cost).run({})};
-  });
+  }, &g);
   return static_cast<double>(p.results.front().step_time) * 1e-12;
 }
 

@@ -1,6 +1,7 @@
 #!/bin/bash
-# The second call, on the lent H200: the same duty-cycle and mix bench, and the llama8b harness
-# trace of one micro-batch (Llama 3.1 8B's kernels on the H200).
+# The second call, asked of the lent nvidia-h200 kind: the same duty-cycle and mix bench, and the
+# llama8b harness trace of one micro-batch. The machine that ran it was an H100 80GB HBM3 (the kind
+# may be served by one): its output is h100-run2/, a repeat of run.sh's measurements.
 set -u
 export NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,power.limit,clocks.max.sm,clocks.max.mem,driver_version,temperature.gpu --format=csv > $OUT/machine.txt

@@ -373,12 +373,8 @@ FusionAnalysis analyse_fusions(const StepGraph& graph, const CostModel& cost, co
   a.candidates = find_fusion_candidates(graph);
   // Each graph in its own power state, as `simulate` runs it (engine/power_runs.hpp).
   auto run = [&](const StepGraph& g) {
-    const PoweredSteps p = simulate_in_power_state(cost.hardware(), [&](const CostModel& c) {
-      Engine engine(g, c);
-      return std::vector<StepResult>{engine.run(options.engine)};
-    }, &g);
     ++a.simulations;
-    return p.results.front();
+    return simulate_step_in_power_state(g, cost.hardware(), options.engine).results.front();
   };
   auto simulate = [&](const std::vector<int32_t>& chosen, double& step_s, double& peak) {
     std::vector<FusionChain> chains;

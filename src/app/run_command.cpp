@@ -158,10 +158,7 @@ std::string run_validate_command(const RunCommand& c, Distributed& job) {
   eo.record_timeline = true;
   eo.record_memory_ranks = l.graph.plan.num_ranks();
   eo.rank_speed = rank_speeds(l.scenario.spec);
-  const PoweredSteps powered = simulate_in_power_state(l.scenario.hardware, [&](const CostModel& cost) {
-    Engine engine(l.graph, cost);
-    return std::vector<StepResult>{engine.run(eo)};
-  }, &l.graph);
+  const PoweredSteps powered = simulate_step_in_power_state(l.graph, l.scenario.hardware, eo);
   const StepResult& predicted = powered.results.front();
   const CostModel cost(l.scenario.hardware, powered.state);
 

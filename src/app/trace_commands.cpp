@@ -197,10 +197,7 @@ std::string run_validate_from_trace(const TraceCommand& c) {
   eo.record_timeline = true;
   eo.record_memory_ranks = m.graph.plan.num_ranks();
   eo.rank_speed = rank_speeds(m.scenario.spec);
-  const PoweredSteps powered = simulate_in_power_state(m.scenario.hardware, [&](const CostModel& cost) {
-    Engine engine(m.graph, cost);
-    return std::vector<StepResult>{engine.run(eo)};
-  }, &m.graph);
+  const PoweredSteps powered = simulate_step_in_power_state(m.graph, m.scenario.hardware, eo);
   const StepResult& r = powered.results.front();
   const CostModel cost(m.scenario.hardware, powered.state);
   const int64_t rank = t.rank;

@@ -77,4 +77,9 @@ PoweredSteps simulate_in_power_state(const HardwareSpec& hw,
   return out;
 }
 
+PoweredSteps simulate_step_in_power_state(const StepGraph& graph, const HardwareSpec& hw, const EngineOptions& options) {
+  return simulate_in_power_state(
+      hw, [&](const CostModel& cost) { return std::vector<StepResult>{Engine(graph, cost).run(options)}; }, &graph);
+}
+
 }  // namespace moesim

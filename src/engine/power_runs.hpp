@@ -46,4 +46,8 @@ PoweredSteps simulate_in_power_state(const HardwareSpec& hw,
                                      const std::function<std::vector<StepResult>(const CostModel&)>& simulate,
                                      const StepGraph* graph = nullptr);
 
+// One step of `graph` (an engine run with `options`) in its power state: the results hold that
+// one StepResult.
+PoweredSteps simulate_step_in_power_state(const StepGraph& graph, const HardwareSpec& hw, const EngineOptions& options);
+
 }  // namespace moesim

@@ -51,8 +51,7 @@ TEST_CASE("simulate_in_power_state returns a step in the state its own activity 
   CHECK(p.state.solved);
   // From the graph's static guess the first simulation already runs in the settled state, and the
   // step is the same within the tolerance.
-  const PoweredSteps guessed =
-      simulate_in_power_state(s.hardware, [&](const CostModel& c) { return run_once(g, c); }, &g);
+  const PoweredSteps guessed = simulate_step_in_power_state(g, s.hardware, EngineOptions{});
   CHECK(guessed.runs == 1);
   CHECK(guessed.state.close_to(p.state, 2 * kPowerStateTolerance));
   CHECK(static_cast<double>(guessed.results.front().step_time) ==

@@ -374,7 +374,7 @@ FusionAnalysis analyse_fusions(const StepGraph& graph, const CostModel& cost, co
   // Each graph in its own power state, as `simulate` runs it (engine/power_runs.hpp).
   auto run = [&](const StepGraph& g) {
     ++a.simulations;
-    return simulate_step_in_power_state(g, cost.hardware(), options.engine).results.front();
+    return simulate_step_in_power_state(g, cost, options.engine).results.front();
   };
   auto simulate = [&](const std::vector<int32_t>& chosen, double& step_s, double& peak) {
     std::vector<FusionChain> chains;

@@ -153,7 +153,7 @@ std::vector<KnownFusion> known_fusions(const InputText& input, const Scenario& s
       k.hbm_bytes_saved_per_rank = std::max(k.hbm_bytes_saved_per_rank, base[i].bytes - w.bytes);
       k.kept_activation_bytes_saved = std::max(k.kept_activation_bytes_saved, base[i].kept - w.kept);
     }
-    const StepResult r = simulate_step_in_power_state(g, fused.hardware, engine).results.front();
+    const StepResult r = simulate_step_in_power_state(g, CostModel(fused.hardware), engine).results.front();
     k.step_time_s = static_cast<double>(r.step_time) * 1e-12;
     k.step_delta_s = k.step_time_s - baseline_step_s;
     k.peak_hbm_bytes = peak_of(r);

@@ -385,7 +385,8 @@ int main(int argc, char** argv) {
       }
       PoweredSteps powered;
       try {
-        powered = simulate_in_power_state(s.hardware, [&](const CostModel& cost) { return run_sampled_steps(graph, cost, eo, so); }, &graph);
+        powered = simulate_in_power_state(CostModel(s.hardware),
+                                          [&](const CostModel& cost) { return run_sampled_steps(graph, cost, eo, so); }, &graph);
       } catch (const SimulationError& e) {
         // A graph the user edited may deadlock: that is their input, not our internal error.
         if (opt.graph_file.empty()) throw;

@@ -158,9 +158,9 @@ std::string run_validate_command(const RunCommand& c, Distributed& job) {
   eo.record_timeline = true;
   eo.record_memory_ranks = l.graph.plan.num_ranks();
   eo.rank_speed = rank_speeds(l.scenario.spec);
-  const PoweredSteps powered = simulate_step_in_power_state(l.graph, l.scenario.hardware, eo);
+  const CostModel cost(l.scenario.hardware);
+  const PoweredSteps powered = simulate_step_in_power_state(l.graph, cost, eo);
   const StepResult& predicted = powered.results.front();
-  const CostModel cost(l.scenario.hardware, powered.state);
 
   const double meas_step = static_cast<double>(measured.step_time) * 1e-12;
   const double pred_step = static_cast<double>(predicted.step_time) * 1e-12;
@@ -227,6 +227,7 @@ std::string run_validate_command(const RunCommand& c, Distributed& job) {
     j["target"] = kTarget;
     j["step_time"] = {{"measured_s", meas_step}, {"predicted_s", pred_step}, {"error", step_err},
                       {"pass", std::fabs(step_err) <= kTarget}};
+    if (l.scenario.hardware.device.power) j["power_state"] = powered.state;
     j["step_time_from_measured_ops"] = {{"replayed_s", replay_step}, {"error", replay_err}};
     for (const MemoryCheck& m : mem) {
       const double e = error_of(m.predicted, m.measured);

@@ -197,9 +197,9 @@ std::string run_validate_from_trace(const TraceCommand& c) {
   eo.record_timeline = true;
   eo.record_memory_ranks = m.graph.plan.num_ranks();
   eo.rank_speed = rank_speeds(m.scenario.spec);
-  const PoweredSteps powered = simulate_step_in_power_state(m.graph, m.scenario.hardware, eo);
+  const CostModel cost(m.scenario.hardware);
+  const PoweredSteps powered = simulate_step_in_power_state(m.graph, cost, eo);
   const StepResult& r = powered.results.front();
-  const CostModel cost(m.scenario.hardware, powered.state);
   const int64_t rank = t.rank;
   const Program& p = traced_program(m);
   const HostPaceFit host = fit_host_pace(host_pace_rows(t, p));

@@ -119,6 +119,12 @@ class CostModel {
 
   const HardwareSpec& hardware() const { return hw_; }
   const PowerState& power_state() const { return power_; }
+  // This cost model in another power state (the calibration tables shared, not read again).
+  CostModel with_power_state(const PowerState& power) const {
+    CostModel c(*this);
+    c.power_ = power;
+    return c;
+  }
 
   // What a transfer reaches on a link of `link_bytes_per_s`: the link x the hardware's collective
   // efficiency, on the scale-up fabric or (achievable_scale_out) through the NICs and the network's

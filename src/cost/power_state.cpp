@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include <nlohmann/json.hpp>
+
 namespace moesim {
 
 PowerClass power_class(OpKind kind) {
@@ -135,6 +137,13 @@ std::string describe(const PowerState& s) {
                   s.clock, s.watts, s.rate_of(PowerClass::gemm), s.rate_of(PowerClass::attention));
   }
   return buf;
+}
+
+void to_json(nlohmann::json& j, const PowerState& s) {
+  j = {{"solved", s.solved},
+       {"clock", s.clock},
+       {"watts", s.watts},
+       {"rate", {{"gemm", s.rate_of(PowerClass::gemm)}, {"attention", s.rate_of(PowerClass::attention)}}}};
 }
 
 }  // namespace moesim

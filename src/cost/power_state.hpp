@@ -29,6 +29,8 @@
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "graph/op.hpp"
 #include "hardware/hardware_spec.hpp"
 
@@ -81,5 +83,8 @@ PowerState measured_power_state(const HardwareSpec& hw, const StepActivity& meas
 
 // "clock 0.93 of top, 700 W: GEMM x1.21, attention x1.01" for reports.
 std::string describe(const PowerState& s);
+
+// {"solved", "clock", "watts", "rate": {"gemm", "attention"}}: the state in JSON reports.
+void to_json(nlohmann::json& j, const PowerState& s);
 
 }  // namespace moesim

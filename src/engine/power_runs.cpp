@@ -51,15 +51,14 @@ StepActivity mean_activity(const std::vector<StepResult>& results) {
   return m;
 }
 
-PoweredSteps simulate_in_power_state(const HardwareSpec& hw,
+PoweredSteps simulate_in_power_state(const CostModel& base,
                                      const std::function<std::vector<StepResult>(const CostModel&)>& simulate,
                                      const StepGraph* graph) {
+  const HardwareSpec& hw = base.hardware();
   PoweredSteps out;
-  out.state = fixed_power_state(hw);
-  if (graph && has_power_model(hw)) {
-    out.state = solve_power_state(hw, static_activity(*graph, CostModel(hw, out.state)), out.state);
-  }
-  out.results = simulate(CostModel(hw, out.state));
+  out.state = base.power_state();
+  if (graph && has_power_model(hw)) out.state = solve_power_state(hw, static_activity(*graph, base), out.state);
+  out.results = simulate(base.with_power_state(out.state));
   out.runs = 1;
   if (!has_power_model(hw)) return out;
   while (out.runs < kMaxPowerStateRuns) {
@@ -71,15 +70,15 @@ PoweredSteps simulate_in_power_state(const HardwareSpec& hw,
       return out;
     }
     out.state = next;
-    out.results = simulate(CostModel(hw, out.state));
+    out.results = simulate(base.with_power_state(out.state));
     ++out.runs;
   }
   return out;
 }
 
-PoweredSteps simulate_step_in_power_state(const StepGraph& graph, const HardwareSpec& hw, const EngineOptions& options) {
+PoweredSteps simulate_step_in_power_state(const StepGraph& graph, const CostModel& base, const EngineOptions& options) {
   return simulate_in_power_state(
-      hw, [&](const CostModel& cost) { return std::vector<StepResult>{Engine(graph, cost).run(options)}; }, &graph);
+      base, [&](const CostModel& cost) { return std::vector<StepResult>{Engine(graph, cost).run(options)}; }, &graph);
 }
 
 }  // namespace moesim

@@ -37,17 +37,17 @@ struct PoweredSteps {
   int runs = 0;      // simulations it took (1: the fixed state, no power model)
 };
 
-// Calls simulate(cost) with a cost model at fixed_power_state(hw) and, where the file has a power
-// model (has_power_model), again in the state the results' mean activity solves, until the state
-// moves by less than kPowerStateTolerance or kMaxPowerStateRuns simulations ran. With `graph`, the
-// first simulation runs in the state static_activity solves instead of the fixed one (usually
-// the settled state: one simulation).
-PoweredSteps simulate_in_power_state(const HardwareSpec& hw,
+// Calls simulate(cost) with `base` (a cost model at its hardware's fixed_power_state) and, where the
+// file has a power model (has_power_model), again in the state the results' mean activity solves,
+// until the state moves by less than kPowerStateTolerance or kMaxPowerStateRuns simulations ran.
+// With `graph`, the first simulation runs in the state static_activity solves instead of the fixed
+// one (usually the settled state: one simulation).
+PoweredSteps simulate_in_power_state(const CostModel& base,
                                      const std::function<std::vector<StepResult>(const CostModel&)>& simulate,
                                      const StepGraph* graph = nullptr);
 
 // One step of `graph` (an engine run with `options`) in its power state: the results hold that
 // one StepResult.
-PoweredSteps simulate_step_in_power_state(const StepGraph& graph, const HardwareSpec& hw, const EngineOptions& options);
+PoweredSteps simulate_step_in_power_state(const StepGraph& graph, const CostModel& base, const EngineOptions& options);
 
 }  // namespace moesim

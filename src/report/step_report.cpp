@@ -331,12 +331,8 @@ std::string step_report_json(const StepReport& r) {
   j["mfu"] = r.mfu;
   j["hfu"] = r.hfu;
   if (r.power) {
-    const PowerState& p = *r.power;
-    j["power_state"] = {{"solved", p.solved},
-                        {"clock", p.clock},
-                        {"watts", p.watts},
-                        {"rate", {{"gemm", p.rate_of(PowerClass::gemm)}, {"attention", p.rate_of(PowerClass::attention)}}},
-                        {"simulations", r.power_runs}};
+    j["power_state"] = *r.power;
+    j["power_state"]["simulations"] = r.power_runs;
   }
   j["peak_hbm_bytes"] = r.peak_hbm_bytes;
   j["hbm_capacity_bytes"] = r.hbm_capacity_bytes;

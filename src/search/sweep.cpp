@@ -163,10 +163,10 @@ StepReport ConfigEvaluator::simulate(const Scenario& s, const LoadedConfig& load
     }
     return steps;
   };
-  // The cached engine runs at the file's fixed power state; a step that settles elsewhere
-  // (power_runs.hpp) runs again on an engine of that state's cost model.
-  const PoweredSteps powered = simulate_in_power_state(s.hardware, [&](const CostModel& cost) {
-    if (cost.power_state().close_to(st.cost->power_state(), 0) && !cost.power_state().solved) return run_steps(*st.engine);
+  // The cached engine runs at the file's fixed power state (every step of a file without a power
+  // model); a solved state (power_runs.hpp) runs on an engine of its own cost model.
+  const PoweredSteps powered = simulate_in_power_state(*st.cost, [&](const CostModel& cost) {
+    if (!cost.power_state().solved) return run_steps(*st.engine);
     Engine engine(*st.graph, cost);
     return run_steps(engine);
   }, st.graph.get());

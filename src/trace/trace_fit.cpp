@@ -109,9 +109,7 @@ TraceFit fit_calibration_from_traces(const std::vector<TraceFitSource>& sources,
                       {"steps", m.steps.size()}, {"step_gpu_s", m.step_seconds()},
                       {"host", {{"op_issue_s", host.op_issue_s}, {"kernel_issue_s", host.kernel_issue_s}}}});
     if (src.power.solved) {
-      traces.back()["power_state"] = {{"clock", src.power.clock}, {"watts", src.power.watts},
-                                      {"rate", {{"gemm", src.power.rate_of(PowerClass::gemm)},
-                                                {"attention", src.power.rate_of(PowerClass::attention)}}}};
+      traces.back()["power_state"] = src.power;
     }
     // A compute-bound point at the reference state: the traced rate over the step's rate.
     // (Attention tables by bytes are memory-bound work: the cost model does not scale them.)

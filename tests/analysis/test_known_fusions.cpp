@@ -30,7 +30,7 @@ InputText unfused_k3_slice() {
 
 // The step as `simulate` runs it: in its own power state.
 double step_s(const StepGraph& g, const Scenario& s) {
-  return static_cast<double>(simulate_step_in_power_state(g, s.hardware, {}).results.front().step_time) * 1e-12;
+  return static_cast<double>(simulate_step_in_power_state(g, CostModel(s.hardware), {}).results.front().step_time) * 1e-12;
 }
 
 // Bytes of the baseline's kept buffers whose names end with one of `suffixes`, over one program.

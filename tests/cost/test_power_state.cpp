@@ -147,7 +147,7 @@ TEST_CASE("the shipped files' power models reproduce their measurements") {
   const HardwareSpec h100 = load_hardware(read_input("h100-hgx", "hardware", "HARDWARE"));
   REQUIRE(has_power_model(h100));
   const PowerState mix58 = measured_power_state(h100, activity(0.58, 0, 0.42, 0));
-  CHECK(mix58.rate_of(PowerClass::gemm) == doctest::Approx(1.102).epsilon(0.03));
+  CHECK(mix58.rate_of(PowerClass::gemm) == doctest::Approx(1.102).epsilon(0.02));  // the model gives 1.086
   const PowerState mix31 = measured_power_state(h100, activity(0.31, 0, 0.69, 0));
   CHECK(mix31.clock == 1.0);
   CHECK(mix31.rate_of(PowerClass::gemm) == doctest::Approx(1.162).epsilon(0.02));

@@ -45,13 +45,13 @@ TEST_CASE("simulate_in_power_state returns a step in the state its own activity 
   const Scenario s = llama8b();
   REQUIRE(has_power_model(s.hardware));
   const StepGraph g = build_step_graph(s);
-  const PoweredSteps p = simulate_in_power_state(s.hardware, [&](const CostModel& c) { return run_once(g, c); });
+  const PoweredSteps p = simulate_in_power_state(CostModel(s.hardware), [&](const CostModel& c) { return run_once(g, c); });
   CHECK(p.runs >= 2);  // from the fixed state: GEMMs beside memory-bound kernels are not the reference state
   CHECK(p.runs <= kMaxPowerStateRuns);
   CHECK(p.state.solved);
   // From the graph's static guess the first simulation already runs in the settled state, and the
   // step is the same within the tolerance.
-  const PoweredSteps guessed = simulate_step_in_power_state(g, s.hardware, EngineOptions{});
+  const PoweredSteps guessed = simulate_step_in_power_state(g, CostModel(s.hardware), EngineOptions{});
   CHECK(guessed.runs == 1);
   CHECK(guessed.state.close_to(p.state, 2 * kPowerStateTolerance));
   CHECK(static_cast<double>(guessed.results.front().step_time) ==
@@ -72,7 +72,7 @@ TEST_CASE("without a power model the step runs once, as the engine alone runs it
   s.hardware.device.power->idle_power.reset();
   REQUIRE(!has_power_model(s.hardware));
   const StepGraph g = build_step_graph(s);
-  const PoweredSteps p = simulate_in_power_state(s.hardware, [&](const CostModel& c) { return run_once(g, c); });
+  const PoweredSteps p = simulate_in_power_state(CostModel(s.hardware), [&](const CostModel& c) { return run_once(g, c); });
   CHECK(p.runs == 1);
   CHECK(!p.state.solved);
   CHECK(p.results.front().step_time == run_once(g, CostModel(s.hardware)).front().step_time);

@@ -7,6 +7,9 @@
 #include <set>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "engine/power_runs.hpp"
 #include "search/sweep.hpp"
 #include "search/sweep_report.hpp"
 
@@ -149,6 +152,49 @@ TEST_CASE("a routing sampler serves every graph of its routing and EP layout: wa
   REQUIRE(simulated >= 12);
   CHECK(warm.num_samplers_built() == static_cast<int64_t>(layouts.size()));  // 3 EP x 2 routings
   CHECK(warm.num_samplers_built() < simulated);                              // each serves 2 graphs
+}
+
+TEST_CASE("on a file with a power model, each configuration runs in its own power state: warm and fresh agree") {
+  // sweep-small on h100-hgx: the warm evaluator's cached engine is the fixed state's; a solved state
+  // runs on an engine of its own. A stale engine (the previous configuration's, or the fixed state's)
+  // would give another step than a fresh evaluator's.
+  nlohmann::json j = nlohmann::json::parse(read_input("tests/data/sweep-small.json", "scenarios", "SCENARIO").text);
+  j["hardware"] = "h100-hgx";
+  const SweepSpace s(InputText{"tests/data/sweep-small.json", j.dump(), false});
+  ConfigEvaluator warm(s, true);
+  int64_t simulated = 0;
+  for (int64_t i = 0; i < s.num_configs(); ++i) {
+    const ConfigOutcome o = warm.evaluate(i);
+    if (o.status != ConfigStatus::simulated) continue;
+    ++simulated;
+    CAPTURE(i);
+    ConfigEvaluator fresh(s, true);
+    CHECK(fresh.evaluate(i).step_time_s == o.step_time_s);
+    // And what `simulate` reports for it (explain: the step report, its power state solved).
+    const StepReport r = warm.explain(i);
+    REQUIRE(r.power.has_value());
+    CHECK(r.power->solved);
+    CHECK(r.step_time_s == o.step_time_s);
+    // The same steps simulated directly in their power state, outside the evaluator's caches.
+    const Scenario sc = *s.load(i).scenario;
+    const StepGraph g = build_step_graph(sc);
+    EngineOptions eo;
+    eo.distinct_ranks = true;
+    const PoweredSteps direct = simulate_in_power_state(CostModel(sc.hardware), [&](const CostModel& cost) {
+      Engine engine(g, cost);
+      std::vector<StepResult> steps;
+      for (int64_t step = 0; step < sc.spec.routing.num_sampled_steps; ++step) {
+        eo.step = step;
+        steps.push_back(engine.run(eo));
+      }
+      return steps;
+    }, &g);
+    double mean = 0;
+    for (const StepResult& x : direct.results) mean += static_cast<double>(x.step_time) * 1e-12;
+    mean /= static_cast<double>(direct.results.size());
+    CHECK(o.step_time_s == doctest::Approx(mean).epsilon(1e-12));
+  }
+  CHECK(simulated >= 12);
 }
 
 TEST_CASE("outcomes survive the byte encoding") {

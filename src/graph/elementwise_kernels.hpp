@@ -16,7 +16,9 @@
 
 namespace moesim {
 
-enum class ElementwiseForm { rms_norm, layer_norm, gated_activation, activation, rope };
+// gated_activation: the gate and up halves as one tensor (one GEMM of both, Megatron's linear_fc1);
+// gated_activation_apart: two tensors (two GEMMs, torchtitan's w1 and w3).
+enum class ElementwiseForm { rms_norm, layer_norm, gated_activation, gated_activation_apart, activation, rope };
 
 // One pass (forward or backward) of an op: kernels launched, HBM bytes per reference element.
 struct KernelPass {

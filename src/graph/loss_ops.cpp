@@ -56,13 +56,20 @@ void tp_statistics(ProgramWriter& w, const LayerContext& c, const TapePolicy& po
 // PyTorch's F.cross_entropy(logits.float(), labels) on the head's BF16 logits, per logit (a: bytes
 // of the activation format):
 //   forward   the cast (a -> 4), log_softmax (4 -> 4, saved for backward), nll_loss (a gather):
-//             3 kernels. The BF16 logits and the FP32 copy die with the call (torchtitan drops its
-//             reference to the logits before backward), so at most a + 8 bytes live, 4 after.
+//             3 kernels. log_softmax holds a row in shared memory when it fits (one read of the
+//             input); a longer row (ATen's cunn_SoftMaxForward) is read three times: its max, its
+//             sum of exponentials, then the output (kSoftmaxRowInSharedMemory). The BF16 logits
+//             and the FP32 copy die with the call (torchtitan drops its reference to the logits
+//             before backward), so at most a + 8 bytes live, 4 after.
 //   backward  a zero-fill (-> 4) and nll_loss_backward's scatter, log_softmax_backward (8 -> 4),
 //             the cast back (4 -> a): 4 kernels. The saved log-probabilities, the NLL gradient and
 //             the log-softmax gradient live together (12 bytes); the cast's BF16 output comes after
 //             the first two are freed, so it is counted from lm_head.bwd, its reader.
 // The harness (tools/trace_harness) measures these kernels on an H200 (docs/calibration/from-trace.md).
+// The longest FP32 row ATen's softmax keeps in shared memory: Hopper's 227 KiB per block (A100's is
+// 163 KiB; the shipped vocabularies, 32,000-32,768 and 128,256-151,936, fall on the same side of both).
+constexpr double kSoftmaxRowInSharedMemory = 227.0 * 1024;
+
 LossState eager_forward(ProgramWriter& w, const LayerContext& c, const TapePolicy& policy, int32_t micro, LossState st,
                         const TensorDesc& x_desc, const Shape& s) {
   const double n = elements(s.tokens, s.vocab);
@@ -79,7 +86,8 @@ LossState eager_forward(ProgramWriter& w, const LayerContext& c, const TapePolic
   ce.dtype = Dtype::fp32;
   ce.num_kernels = 3;
   ce.flops = 4.0 * n;
-  ce.bytes_read = n * (a + 4.0) + static_cast<double>(s.tokens) * 4.0;
+  const double softmax_reads = static_cast<double>(s.vocab) * 4.0 <= kSoftmaxRowInSharedMemory ? 1 : 3;
+  ce.bytes_read = n * (a + 4.0 * softmax_reads) + static_cast<double>(s.tokens) * 4.0;
   ce.bytes_written = n * 8.0 + static_cast<double>(s.tokens) * 4.0;
   st.last_forward_op = w.add(ce, "loss.cross_entropy", std::span(&logits, 1));
   const uint32_t copy = w.buffer(n * 4.0, MemCategory::logits, "loss.logits_fp32");

@@ -123,7 +123,10 @@ class TapeBuilder {
   int activation(const std::string& name, const std::vector<int>& ups, int64_t rows, int64_t f) {
     const bool gated = is_gated(c_.model->activation);
     const int y = pointwise(OpKind::activation, name, ups, rows, f, gated ? 4.0 : 8.0, ups, c_.act);
-    run_as_scenario_says(gated ? ElementwiseForm::gated_activation : ElementwiseForm::activation, rows, f);
+    const ElementwiseForm form = !gated           ? ElementwiseForm::activation
+                                 : ups.size() == 2 ? ElementwiseForm::gated_activation_apart
+                                                   : ElementwiseForm::gated_activation;
+    run_as_scenario_says(form, rows, f);
     return y;
   }
 

@@ -372,8 +372,9 @@ with tempfile.TemporaryDirectory() as tmp:
     # (2026-12-05; docs/hardware-efficiency.md, "The step's power state"): the kernel efficiencies
     # measured on an H100 and the step's power state predict the step and its GEMMs and attention.
     # Before the power state the step agreed only by cancellation (GEMMs +10..+12%, attention -11..-12%).
-    for trace, scenario, step_error in (("llama8b-s8192-mb1", "llama8b-s8k-mb1", -0.009),
-                                        ("llama8b-s8192-mb2-full", "llama8b-s8k-mb2-full", -0.010)):
+    # The loss family was -17% before its log-softmax read a 128,256-class row three times.
+    for trace, scenario, step_error in (("llama8b-s8192-mb1", "llama8b-s8k-mb1", 0.005),
+                                        ("llama8b-s8192-mb2-full", "llama8b-s8k-mb2-full", 0.004)):
         r = run("validate", "--json", "--from-trace", TRACES + "2026-12-05-h100/" + trace + ".rank0.json.gz",
                 "--scenario", "scenarios/trace/" + scenario + ".json")
         j = json.loads(r.stdout) if r.returncode == 0 else {}
@@ -384,6 +385,7 @@ with tempfile.TemporaryDirectory() as tmp:
             fam = {f["family"]: f for f in j["families"]}
             expect(trace + " GEMMs within 2%", abs(fam["gemm"]["error"]) < 0.02, str(fam.get("gemm")))
             expect(trace + " attention within 4%", abs(fam["attention"]["error"]) < 0.04, str(fam.get("attention")))
+            expect(trace + " loss within 3%", abs(fam["loss"]["error"]) < 0.03, str(fam.get("loss")))
     r = run("validate", "--from-trace", TRACES + "moe-s4096-mb2.rank0.json.gz", "--scenario", "scenarios/trace/moe-s4k-mb2.json")
     expect("validate --from-trace text", r.returncode == 0 and "per op family" in r.stdout and "grouped_gemm" in r.stdout,
            r.stderr[-300:])

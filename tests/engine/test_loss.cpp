@@ -6,8 +6,10 @@
 #include <string>
 
 #include "../graph/graph_test_util.hpp"
+#include "core/json_input.hpp"
 #include "cost/cost_model.hpp"
 #include "engine/engine.hpp"
+#include "scenario/scenario_spec.hpp"
 
 using namespace moesim;
 using test::Plan;
@@ -44,7 +46,9 @@ TEST_CASE("eager loss: 3 kernels forward and 4 backward with the bytes of the ca
 
   const Op& fwd = op_named(e, "loss.cross_entropy");
   CHECK(fwd.num_kernels == 3);
-  CHECK(fwd.bytes_read == n * (2 + 4) + t * 4);   // the BF16 logits cast, the FP32 copy's log-softmax
+  // The BF16 logits cast, then the FP32 copy's log-softmax: a 128,256-class row (501 KiB) does not
+  // fit in shared memory, so it is read three times (max, sum of exponentials, output).
+  CHECK(fwd.bytes_read == n * (2 + 3 * 4) + t * 4);
   CHECK(fwd.bytes_written == n * 8 + t * 4);      // the FP32 copy and log-probabilities, the loss
   const Op& bwd = op_named(e, "loss.cross_entropy.bwd");
   CHECK(bwd.num_kernels == 4);
@@ -56,6 +60,15 @@ TEST_CASE("eager loss: 3 kernels forward and 4 backward with the bytes of the ca
   CHECK(op_named(f, "loss.cross_entropy").num_kernels == 1);
   CHECK(op_named(f, "loss.cross_entropy.bwd").num_kernels == 1);
   CHECK(op_named(f, "lm_head").bytes_written == n * 4);  // FP32 logits from the GEMM
+}
+
+TEST_CASE("eager loss: a row that fits in shared memory is read once by the log-softmax") {
+  // The dense calibration slice: 32,768 classes, a 128 KiB FP32 row.
+  const Scenario s = load_scenario(read_input("scenarios/trace/dense-s8k-mb1.json", "scenarios", "SCENARIO"));
+  REQUIRE(s.spec.loss.implementation == LossImplementation::eager);
+  const StepGraph g = build_step_graph(s);
+  const double t = 8192, n = t * 32768;
+  CHECK(op_named(g.programs.at(0), "loss.cross_entropy").bytes_read == n * (2 + 4) + t * 4);
 }
 
 TEST_CASE("eager loss: the peak holds the log-probabilities and both FP32 gradients, 12 bytes a logit") {

@@ -9,6 +9,7 @@
 
 #include <map>
 #include <string>
+#include <tuple>
 
 #include "core/json_input.hpp"
 #include "graph/elementwise_kernels.hpp"
@@ -130,4 +131,27 @@ TEST_CASE("fused is the graph moesim always built; compiled and eager only add k
     CHECK(eager.at(name).num_kernels >= op.num_kernels);
     CHECK(eager.at(name).bytes_read + eager.at(name).bytes_written >= op.bytes_read + op.bytes_written);
   }
+}
+
+TEST_CASE("eager SwiGLU on a gate and an up projection apart has no concatenation in its backward") {
+  // torchtitan's per-op checkpointing runs w1 and w3 as two GEMMs (recompute selective_op): the
+  // activation reads two tensors, and its backward writes their gradients directly.
+  Scenario s = load_scenario(read_input("scenarios/trace/dense-s8k-mb1.json", "scenarios", "SCENARIO"));
+  auto act_with = [&](RecomputePolicy policy) {
+    s.spec.recompute.policy = policy;
+    const auto ops = ops_by_name(build_step_graph(s));
+    return std::tuple{ops.contains("layer1.ffn.gate_proj"), ops.at("layer1.ffn.act"), ops.at("layer1.ffn.act.bwd")};
+  };
+  const double t = 8192, f = 5632, a = 2;
+  const auto [one_gemm, fwd, bwd] = act_with(RecomputePolicy::none);
+  REQUIRE_FALSE(one_gemm);
+  CHECK(bwd.num_kernels == 4);  // two multiplies, silu_backward, the split's concatenation
+  CHECK(bwd.bytes_read == 8 * a * t * f);
+  const auto [apart, fwd_apart, bwd_apart] = act_with(RecomputePolicy::selective_op);
+  REQUIRE(apart);
+  CHECK(fwd_apart.num_kernels == fwd.num_kernels);  // silu, multiply: the same forward
+  CHECK(fwd_apart.bytes_read == fwd.bytes_read);
+  CHECK(bwd_apart.num_kernels == 3);                // two multiplies, silu_backward
+  CHECK(bwd_apart.bytes_read == 6 * a * t * f);
+  CHECK(bwd_apart.bytes_written == 3 * a * t * f);
 }

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -386,6 +387,21 @@ with tempfile.TemporaryDirectory() as tmp:
             expect(trace + " GEMMs within 2%", abs(fam["gemm"]["error"]) < 0.02, str(fam.get("gemm")))
             expect(trace + " attention within 4%", abs(fam["attention"]["error"]) < 0.04, str(fam.get("attention")))
             expect(trace + " loss within 3%", abs(fam["loss"]["error"]) < 0.03, str(fam.get("loss")))
+    # The same steps with each layer under torch.compile (harness --compile, one H100 call beside
+    # its eager steps; docs/calibration/runs/2026-12-05-compile/): no op ranges to match, so the
+    # step against the traced process's unprofiled step time, and compile's elementwise saving.
+    for mb in (1, 2):
+        with open(f"docs/calibration/runs/2026-12-05-compile/h100/traces/llama8b-s8192-mb{mb}-compiled.rank0.txt") as f:
+            measured = statistics.median(json.load(f)["unprofiled_step_wall_s"])
+        sims = {}
+        for form in ("", "-compiled"):
+            r = run("simulate", "--json", f"scenarios/trace/llama8b-s8k-mb{mb}{form}.json")
+            sims[form] = json.loads(r.stdout) if r.returncode == 0 else {}
+        if all(sims.values()):
+            err = sims["-compiled"]["step_time_s"] / measured - 1
+            expect(f"llama8b mb{mb} compiled step within 2% of the H100's", abs(err) < 0.02, f"{err:+.4f}")
+            eager, compiled = (sims[k]["breakdown_s"]["compute"]["elementwise"] for k in ("", "-compiled"))
+            expect(f"llama8b mb{mb} compile shrinks the elementwise work", compiled < 0.7 * eager, f"{compiled} vs {eager}")
     r = run("validate", "--from-trace", TRACES + "moe-s4096-mb2.rank0.json.gz", "--scenario", "scenarios/trace/moe-s4k-mb2.json")
     expect("validate --from-trace text", r.returncode == 0 and "per op family" in r.stdout and "grouped_gemm" in r.stdout,
            r.stderr[-300:])

@@ -94,9 +94,14 @@ class _CloseBackward(torch.autograd.Function):
         return g, None
 
 
+_ranges_on = True  # off under --compile: Inductor fuses across the ops, so there are no op ranges to keep
+
+
 def op_range(name, fn, *inputs):
     """Runs fn(*inputs) inside range `name`, its backward inside `name.bwd`. The first input that
     needs a gradient closes the backward range; without one, a hook on the output's node does."""
+    if not _ranges_on:
+        return fn(*inputs)
     bwd = name + ".bwd"
     tagged = []
     closer = None
@@ -145,6 +150,10 @@ _phasors = {}  # the complex tables of each (cos, sin) pair, made once as torcht
 def apply_rope_complex(x, cos, sin):
     # torchtitan's apply_rotary_emb: pairs as complex numbers in FP32, times the unit phasors,
     # back to the input's type (the scenario's eager_rope "complex").
+    if torch.compiler.is_compiling():  # traced once: the table's cast and complex view fuse into the kernel
+        phasors = torch.complex(cos.float(), sin.float())[None, :, None, :]
+        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(xc * phasors).flatten(3).type_as(x)
     key = (cos.data_ptr(), sin.data_ptr())
     if key not in _phasors:
         _phasors.clear()
@@ -381,10 +390,14 @@ def run_config(args, spec, rank, world, device, ep_group):
     with torch.device(device):
         model = Model(cfg, ep_group, recompute)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    if args.compile:  # torchtitan's order: each transformer block compiled whole, then sharded
+        for i, block in enumerate(model.layers):
+            model.layers[i] = torch.compile(block, fullgraph=True)
     for block in model.layers:  # one FSDP unit per layer, the graph's units (embedding, layers, head)
         # With experts split over the EP group (all ranks here) their weights are not FSDP-sharded
         # too (expert data parallelism of degree world / ep = 1).
-        ignored = {block.ffn.w_up, block.ffn.w_down} if cfg["experts"] and world > 1 else None
+        inner = getattr(block, "_orig_mod", block)
+        ignored = {inner.ffn.w_up, inner.ffn.w_down} if cfg["experts"] and world > 1 else None
         fully_shard(block, mp_policy=mp, reshard_after_forward=True, ignored_params=ignored)
     # The embedding and the head (final norm + output projection) are units of their own, as
     # torchtitan wraps them and as the scenario's graph has them (embedding, layers, head).
@@ -418,7 +431,7 @@ def run_config(args, spec, rank, world, device, ep_group):
         step()
         unprofiled.append(time.perf_counter() - start)
     torch.cuda.reset_peak_memory_stats()
-    tag = f"{name}-s{seq}-mb{micro}" + ("-full" if recompute else "")
+    tag = f"{name}-s{seq}-mb{micro}" + ("-full" if recompute else "") + ("-compiled" if args.compile else "")
     path = os.path.join(args.out, f"{tag}.rank{rank}.json")
     walls = []
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], profile_memory=args.memory,
@@ -435,7 +448,7 @@ def run_config(args, spec, rank, world, device, ep_group):
     peak = torch.cuda.max_memory_allocated()
     summary = {"config": tag, "rank": rank, "world": world, "device": torch.cuda.get_device_name(device),
                "torch": torch.__version__, "seq": seq, "micro_batches": micro,
-               "recompute": "full" if recompute else "none", "traced_steps": args.steps,
+               "recompute": "full" if recompute else "none", "compiled": args.compile, "traced_steps": args.steps,
                "step_wall_s": walls[1:], "unprofiled_step_wall_s": unprofiled[1:],
                "peak_allocated_bytes": peak, "allocated_at_start_bytes": allocated_at_start,
                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -458,7 +471,12 @@ def main():
     ap.add_argument("--warmup", type=int, default=3, help="untraced steps first (the last ones timed without the profiler)")
     ap.add_argument("--steps", type=int, default=2, help="traced steps (after one profiler warm-up step)")
     ap.add_argument("--no-memory", dest="memory", action="store_false", help="leave out memory events")
+    ap.add_argument("--compile", action="store_true",
+                    help="each layer under torch.compile (fullgraph), as torchtitan's compile; no op ranges "
+                         "(Inductor fuses across ops): the trace's kernels only, for step and kernel-class totals")
     args = ap.parse_args()
+    global _ranges_on
+    _ranges_on = not args.compile
     os.makedirs(args.out, exist_ok=True)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29517")

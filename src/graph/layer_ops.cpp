@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -311,6 +312,32 @@ int residual_add(TapeBuilder& b, const std::string& name, int h, int y) {
   return out;
 }
 
+// Under torch.compile (fused_ops.elementwise compiled: each transformer block one graph) Inductor
+// fuses across the residual stream, as the H100 llama8b traces show
+// (docs/calibration/runs/2026-12-05-compile/): the attention's residual add goes into the FFN
+// norm that reads its sum, one kernel reading h and y, and the sum is recomputed by the block's
+// last add (reading h, y and the FFN's output) rather than kept; each residual add's backward, the
+// residual stream's gradient accumulation, goes into the backward of the norm on the same stream,
+// which reads the passed-through gradient besides its own. The block's last add stays a kernel of
+// its own (the next block is another graph).
+void fuse_compiled_residuals(LayerTape& tape, double stream_bytes, bool norm_reads_attn_sum) {
+  auto op = [&](const std::string& name) -> TapeOp& {
+    for (TapeOp& o : tape.mutable_ops()) {
+      if (o.name == name) return o;
+    }
+    throw std::logic_error("fuse_compiled_residuals: no op " + name);
+  };
+  if (norm_reads_attn_sum) {
+    TapeOp& add = op("attn_residual_add");
+    add.op.num_kernels = 0;
+    add.op.bytes_read = add.op.bytes_written = 0;
+    op("ffn_norm").op.bytes_read += stream_bytes;
+    op("ffn_residual_add").op.bytes_read += stream_bytes;
+  }
+  for (const char* add : {"attn_residual_add", "ffn_residual_add"}) op(add).bwd_work = PassWork{0, 0, 0};
+  for (const char* norm : {"attn_norm", "ffn_norm"}) op(norm).bwd_work->bytes_read += stream_bytes;
+}
+
 // A parallel transformer block (ModelSpec::parallel_block): one norm, one TP region in which the
 // attention and the FFN read the same gathered input, the FFN's down-projection adding the
 // attention's output in its epilogue, and one residual add.
@@ -348,6 +375,9 @@ LayerTape build_layer_tape(const LayerContext& c, int64_t layer) {
   x = b.norm("ffn_norm", h2, c.sp_tokens(), d);
   y = kinds.ffn == FfnKind::moe ? moe_block(b, x, layer) : dense_ffn_block(b, x);
   const int out = residual_add(b, "ffn_residual_add", h2, y);
+  if (c.fused.elementwise == ElementwiseExecution::compiled && c.hidden_dropout <= 0) {
+    fuse_compiled_residuals(tape, bytes_of(elements(c.sp_tokens(), d), c.act), h2 == h_mid);
+  }
   tape.set_output(out);
   return tape;
 }

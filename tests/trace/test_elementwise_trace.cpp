@@ -112,12 +112,36 @@ TEST_CASE("fused is the graph moesim always built; compiled and eager only add k
   CHECK(fused.at("layer1.ffn.act").bytes_read == 2 * t * f * a);
   CHECK(fused.at("layer1.ffn.act.bwd").bytes_written == 2 * t * f * a);
   // Compiled: RoPE one kernel per tensor (q: 16 heads, k: 8 heads of 128) each way; a norm's
-  // backward two kernels reading its input and output gradient twice.
+  // backward two kernels reading its input and output gradient twice, and the residual stream's
+  // gradient it accumulates (the residual add's backward, fused into it: no kernel of its own).
   const double qk = t * (16 + 8) * 128;
   CHECK(compiled.at("layer1.attn.rope").num_kernels == 2);
   CHECK(compiled.at("layer1.attn.rope").bytes_read == qk * a);
   CHECK(compiled.at("layer1.attn_norm.bwd").num_kernels == 2);
-  CHECK(compiled.at("layer1.attn_norm.bwd").bytes_read == 4 * t * d * a);
+  CHECK(compiled.at("layer1.attn_norm.bwd").bytes_read == 5 * t * d * a);
+  CHECK(compiled.at("layer1.ffn_norm.bwd").bytes_read == 5 * t * d * a);
+  for (const char* add : {"layer1.attn_residual_add.bwd", "layer1.ffn_residual_add.bwd"}) {
+    CHECK(compiled.at(add).num_kernels == 0);
+    CHECK(compiled.at(add).bytes_read + compiled.at(add).bytes_written == 0);
+  }
+  // The attention's residual add runs inside the FFN norm (reading h and y, writing the normed
+  // input only); the block's last add recomputes the sum from h, y and the FFN's output.
+  CHECK(compiled.at("layer1.attn_residual_add").num_kernels == 0);
+  CHECK(compiled.at("layer1.attn_residual_add").bytes_read == 0);
+  CHECK(compiled.at("layer1.ffn_norm").bytes_read == 2 * t * d * a);
+  CHECK(compiled.at("layer1.ffn_norm").bytes_written == t * d * a);
+  CHECK(compiled.at("layer1.ffn_residual_add").num_kernels == 1);
+  CHECK(compiled.at("layer1.ffn_residual_add").bytes_read == 3 * t * d * a);
+  // Per layer, a stream's worth of bytes less forward than fused's three kernels (8 -> 7).
+  auto stream_bytes = [&](const auto& ops) {
+    double sum = 0;
+    for (const char* n : {"layer1.attn_residual_add", "layer1.ffn_norm", "layer1.ffn_residual_add"}) {
+      sum += ops.at(n).bytes_read + ops.at(n).bytes_written;
+    }
+    return sum;
+  };
+  CHECK(stream_bytes(fused) == 8 * t * d * a);
+  CHECK(stream_bytes(compiled) == 7 * t * d * a);
   CHECK(compiled.at("layer1.ffn.act").bytes_read == fused.at("layer1.ffn.act").bytes_read);
   // Eager with the composite RMSNorm (PyTorch 2.4-2.7) and complex RoPE (torchtitan).
   CHECK(eager.at("layer1.attn_norm").num_kernels == 8);

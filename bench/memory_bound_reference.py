@@ -16,11 +16,14 @@ import json
 
 import torch
 
-from reference_bench import time_seconds  # bench/reference_bench.py, beside this file
+from reference_bench import time_seconds_back_to_back  # bench/reference_bench.py, beside this file
 
 
 def time_op(fn):
-    return time_seconds(fn, warmup=5, repeats=30)
+    # Ten calls back to back per timed batch: these kernels take 50-800 us, and an event pair around
+    # one call also timed the host's launch of it (runs before 2026-12-05 13:30 UTC did: norms and
+    # copies at 8,192 tokens came out 20-30% slow).
+    return time_seconds_back_to_back(fn, calls=10, warmup=5, repeats=30)
 
 
 def cases(tokens, hidden, ffn, dtype):
@@ -43,6 +46,11 @@ def cases(tokens, hidden, ffn, dtype):
     yield "gelu tanh", 2 * n_f * e, lambda: torch.nn.functional.gelu(gate, approximate="tanh")
     yield "rms_norm", 2 * n_h * e, lambda: torch.nn.functional.rms_norm(x, (hidden,), w)
     yield "layer_norm", 2 * n_h * e, lambda: torch.nn.functional.layer_norm(x, (hidden,), w)
+    # As a training step runs it: under autograd, forward and backward (input and weight gradients);
+    # bytes as moesim counts a norm's two passes (a + a forward; 4a + a backward, two kernels).
+    xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+    yield "rms_norm fwd+bwd (autograd)", 7 * n_h * e, lambda: torch.autograd.grad(
+        torch.nn.functional.rms_norm(xg, (hidden,), wg, eps=1e-6), (xg, wg), y)
     yield "softmax (last dim)", 2 * n_f * e, lambda: torch.softmax(gate, dim=-1)
     # AdamW over one 1 GB-class parameter group, fp32 states: reads param, grad, exp_avg, exp_avg_sq
     # and writes param, exp_avg, exp_avg_sq (7 x 4 bytes per parameter).

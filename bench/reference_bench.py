@@ -42,6 +42,24 @@ def time_seconds(fn, warmup=2, repeats=5):
     return time_ms(lambda i: fn(), warmup, repeats) * 1e-3
 
 
+def time_seconds_back_to_back(fn, calls=10, warmup=2, repeats=5):
+    """Seconds per call of `calls` calls enqueued back to back between the two events, median of
+    `repeats` such batches. For kernels of tens of microseconds: an event pair around one call also
+    times the host's launch of it (Python dispatch, 10-25 us), during which the GPU idles."""
+    for _ in range(warmup):
+        fn()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    per_call = []
+    for _ in range(repeats):
+        start.record()
+        for _ in range(calls):
+            fn()
+        stop.record()
+        stop.synchronize()
+        per_call.append(start.elapsed_time(stop) * 1e-3 / calls)
+    return statistics.median(per_call)
+
+
 def reach_power_limit(seconds=5.0):
     """Back-to-back BF16 GEMMs for `seconds`: a training step runs its kernels in that power state
     (at the power limit, the clock lowered), not in the cool state of a short benchmark."""

@@ -124,6 +124,29 @@ def op_range(name, fn, *inputs):
 
 # --- the model ------------------------------------------------------------------------------------
 
+class CompositeRMSNorm(nn.Module):
+    """nn.RMSNorm as PyTorch 2.4-2.7 computed it (ATen's composite rms_norm, before the fused
+    kernel of pytorch/pytorch PR 153666): FP32 upcast, pow, mean, add, rsqrt, multiply, cast back,
+    times the weight: 8 kernels forward, autograd's backward of each (the scenario's
+    fused_ops.eager_rms_norm composite)."""
+
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        x32 = x.float()
+        r = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True).add_(self.eps))
+        return (x32 * r).type_as(x) * self.weight
+
+
+def rms_norm(dim):
+    return CompositeRMSNorm(dim, 1e-6) if _composite_norm else nn.RMSNorm(dim, eps=1e-6)
+
+
+_composite_norm = False  # --rms-norm composite
+
 def rope_tables(seq, head_dim, device):
     inv = 1.0 / (500000.0 ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
     ang = torch.outer(torch.arange(seq, device=device, dtype=torch.float32), inv)
@@ -174,8 +197,8 @@ class Attention(nn.Module):
         self.qk_norm = cfg["qk_norm"]
         self.rope = apply_rope_complex if cfg.get("torchtitan") else apply_rope
         if self.qk_norm:
-            self.q_norm = nn.RMSNorm(hd, eps=1e-6)
-            self.k_norm = nn.RMSNorm(hd, eps=1e-6)
+            self.q_norm = rms_norm(hd)
+            self.k_norm = rms_norm(hd)
 
     def forward(self, x, cos, sin):
         b, s, _ = x.shape
@@ -329,9 +352,9 @@ class Block(nn.Module):
         d = cfg["hidden"]
         self.p = f"layer{layer}"
         self.recompute = recompute
-        self.attn_norm = nn.RMSNorm(d, eps=1e-6)
+        self.attn_norm = rms_norm(d)
         self.attn = Attention(cfg, layer)
-        self.ffn_norm = nn.RMSNorm(d, eps=1e-6)
+        self.ffn_norm = rms_norm(d)
         self.ffn = MoE(cfg, layer, ep_group) if cfg["experts"] else DenseFFN(cfg, layer)
 
     def forward(self, h, cos, sin):
@@ -359,7 +382,7 @@ class Model(nn.Module):
         self.cfg = cfg
         self.embedding = nn.Embedding(cfg["vocab"], cfg["hidden"])
         self.layers = nn.ModuleList(Block(cfg, i + 1, ep_group, recompute) for i in range(cfg["layers"]))
-        self.final_norm = nn.RMSNorm(cfg["hidden"], eps=1e-6)
+        self.final_norm = rms_norm(cfg["hidden"])
         self.lm_head = nn.Linear(cfg["hidden"], cfg["vocab"], bias=False)
 
     def forward(self, tokens, labels, cos, sin):
@@ -431,7 +454,8 @@ def run_config(args, spec, rank, world, device, ep_group):
         step()
         unprofiled.append(time.perf_counter() - start)
     torch.cuda.reset_peak_memory_stats()
-    tag = f"{name}-s{seq}-mb{micro}" + ("-full" if recompute else "") + ("-compiled" if args.compile else "")
+    tag = (f"{name}-s{seq}-mb{micro}" + ("-full" if recompute else "") + ("-compiled" if args.compile else "")
+           + ("-composite-norm" if _composite_norm else ""))
     path = os.path.join(args.out, f"{tag}.rank{rank}.json")
     walls = []
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], profile_memory=args.memory,
@@ -474,9 +498,12 @@ def main():
     ap.add_argument("--compile", action="store_true",
                     help="each layer under torch.compile (fullgraph), as torchtitan's compile; no op ranges "
                          "(Inductor fuses across ops): the trace's kernels only, for step and kernel-class totals")
+    ap.add_argument("--rms-norm", choices=("kernel", "composite"), default="kernel",
+                    help="nn.RMSNorm (ATen's fused kernel since PyTorch 2.8), or the composite form of 2.4-2.7")
     args = ap.parse_args()
-    global _ranges_on
+    global _ranges_on, _composite_norm
     _ranges_on = not args.compile
+    _composite_norm = args.rms_norm == "composite"
     os.makedirs(args.out, exist_ok=True)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29517")

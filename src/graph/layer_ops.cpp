@@ -335,7 +335,8 @@ void fuse_compiled_residuals(LayerTape& tape, double stream_bytes, bool norm_rea
     op("ffn_residual_add").op.bytes_read += stream_bytes;
   }
   for (const char* add : {"attn_residual_add", "ffn_residual_add"}) op(add).bwd_work = PassWork{0, 0, 0};
-  for (const char* norm : {"attn_norm", "ffn_norm"}) op(norm).bwd_work->bytes_read += stream_bytes;
+  // A compiled norm's backward work is set (run_as_scenario_says); .value() throws if it ever is not.
+  for (const char* norm : {"attn_norm", "ffn_norm"}) op(norm).bwd_work.value().bytes_read += stream_bytes;
 }
 
 // A parallel transformer block (ModelSpec::parallel_block): one norm, one TP region in which the

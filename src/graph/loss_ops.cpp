@@ -66,8 +66,10 @@ void tp_statistics(ProgramWriter& w, const LayerContext& c, const TapePolicy& po
 //             the log-softmax gradient live together (12 bytes); the cast's BF16 output comes after
 //             the first two are freed, so it is counted from lm_head.bwd, its reader.
 // The harness (tools/trace_harness) measures these kernels on an H200 (docs/calibration/from-trace.md).
-// The longest FP32 row ATen's softmax keeps in shared memory: Hopper's 227 KiB per block (A100's is
-// 163 KiB; the shipped vocabularies, 32,000-32,768 and 128,256-151,936, fall on the same side of both).
+// The longest FP32 row ATen's softmax keeps in shared memory: Hopper's 227 KiB per block. A100's is
+// 163 KiB, so GPT-3's 50,257 classes (196 KiB) would read three times there; no shipped scenario
+// runs that model with the eager loss, and the other shipped vocabularies (32,000-32,768 and
+// 128,256-250,880) fall on the same side of both.
 constexpr double kSoftmaxRowInSharedMemory = 227.0 * 1024;
 
 LossState eager_forward(ProgramWriter& w, const LayerContext& c, const TapePolicy& policy, int32_t micro, LossState st,

@@ -403,7 +403,9 @@ with tempfile.TemporaryDirectory() as tmp:
             err = j["step_time"]["error"]
             expect(trace + " composite norm step within 2%", abs(err) < 0.02, f"{err:+.4f}")
             fam = {f["family"]: f for f in j["families"]}
-            expect(trace + " composite norm kernels as the graph's", 0 < fam["norm"]["error"] < 0.3, str(fam.get("norm")))
+            # A recorded miss, not a target: the family at +20% (measured +20.0% / +19.5%).
+            expect(trace + " composite norm family at its recorded +20%", abs(fam["norm"]["error"] - 0.20) < 0.02,
+                   str(fam.get("norm")))
     # The same steps with each layer under torch.compile (harness --compile, one H100 call beside
     # its eager steps; docs/calibration/runs/2026-12-05-compile/): no op ranges to match, so the
     # step against the traced process's unprofiled step time, and compile's elementwise saving.

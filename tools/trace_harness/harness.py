@@ -175,14 +175,14 @@ def apply_rope_complex(x, cos, sin):
     # back to the input's type (the scenario's eager_rope "complex").
     if torch.compiler.is_compiling():  # traced once: the table's cast and complex view fuse into the kernel
         phasors = torch.complex(cos.float(), sin.float())[None, :, None, :]
-        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
-        return torch.view_as_real(xc * phasors).flatten(3).type_as(x)
-    key = (cos.data_ptr(), sin.data_ptr())
-    if key not in _phasors:
-        _phasors.clear()
-        _phasors[key] = torch.complex(cos.float(), sin.float())[None, :, None, :]
+    else:
+        key = (cos.data_ptr(), sin.data_ptr())
+        if key not in _phasors:
+            _phasors.clear()
+            _phasors[key] = torch.complex(cos.float(), sin.float())[None, :, None, :]
+        phasors = _phasors[key]
     xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
-    return torch.view_as_real(xc * _phasors[key]).flatten(3).type_as(x)
+    return torch.view_as_real(xc * phasors).flatten(3).type_as(x)
 
 
 class Attention(nn.Module):

@@ -23,16 +23,20 @@ namespace {
 // up-projection and activation, then the down-projection (apart, so that the shared experts can
 // straddle the expert all-to-all).
 //
-// A gated up-projection is one GEMM of both halves (Megatron's linear_fc1), except under
-// torchtitan's per-op checkpointing (recompute selective_op), whose stack runs the gate (w1) and
-// up (w3) projections as two matmuls and saves every second matmul's output only: w1's is kept,
-// w3's recomputed (tape.cpp), so they are two ops there.
+// A gated up-projection is one GEMM of both halves (Megatron's linear_fc1) or two (torchtitan's
+// w1 and w3), as fused_ops.gate_up says; absent, two under torchtitan's per-op checkpointing
+// (recompute selective_op), whose policy saves every second matmul's output only: w1's is kept,
+// w3's recomputed (tape.cpp).
+bool gate_up_apart(const LayerContext& c) {
+  const std::optional<GateUp>& g = c.scenario->fused_ops.gate_up;
+  return g ? *g == GateUp::apart : c.scenario->recompute.policy == RecomputePolicy::selective_op;
+}
 int ffn_up(TapeBuilder& b, const std::string& name, int x, int64_t rows, int64_t w, int64_t f, LoraTarget lora,
            std::optional<SwapTarget> up_swap) {
   const auto& c = b.ctx();
   const bool gated = is_gated(c.model->activation);
   const int64_t fl = f / c.tp;
-  if (gated && c.scenario->recompute.policy == RecomputePolicy::selective_op) {
+  if (gated && gate_up_apart(c)) {
     const int gate = b.gemm(name + ".gate_proj", x, rows, w, fl, lora, up_swap);
     const int up = b.gemm(name + ".up_proj", x, rows, w, fl, lora, up_swap);
     return b.activation(name + ".act", {gate, up}, rows, fl);

@@ -495,6 +495,16 @@ class ScenarioChecker {
         !model_.uses(AttentionKind::mla_dsa)) {
       fail("/fused_ops/attention_kernel", "names a flash-attention kernel, but fused_ops.flash_attention is false");
     }
+    if (f.gate_up) {
+      const bool gated_ffn = is_gated(model_.activation) &&
+                             (model_.uses(FfnKind::dense) || (model_.moe && model_.moe->num_shared_experts > 0));
+      if (!gated_ffn) fail("/fused_ops/gate_up", model_.name + " has no gated dense FFN or shared experts");
+      if (*f.gate_up == GateUp::fused && spec_.recompute.policy == RecomputePolicy::selective_op) {
+        fail("/fused_ops/gate_up",
+             "fused, but recompute selective_op saves every second matmul's output: its stack (torchtitan) runs the "
+             "gate and up projections as two matmuls");
+      }
+    }
   }
 
   const Scenario& s_;

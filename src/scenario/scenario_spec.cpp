@@ -308,6 +308,11 @@ void declare_fields(F& f, FusedOpsSpec& s) {
   f.optional("eager_rope", s.eager_rope, EagerRope::complex,
              "RoPE under elementwise eager: complex (view_as_complex, a complex multiply, casts, as torchtitan) or "
              "real (even and odd halves rotated with four multiplies, an add, a subtract and a stack).");
+  f.maybe("gate_up", s.gate_up,
+          "A gated FFN's up-projection (dense layers and shared experts): fused (one GEMM of the gate and up halves, "
+          "Megatron-Core's linear_fc1) or apart (two GEMMs, torchtitan's w1 and w3; under elementwise eager the "
+          "activation's backward then has no concatenation to undo). Absent: apart under recompute selective_op "
+          "(torchtitan's per-op policy, which saves every second matmul's output), fused otherwise.");
 }
 
 template <class F>

@@ -54,6 +54,9 @@ enum class ElementwiseExecution { fused, compiled, eager };
 enum class EagerRmsNorm { kernel, composite };
 // Eager RoPE: complex arithmetic (torchtitan, Meta's Llama reference) or real (pairs rotated by hand).
 enum class EagerRope { complex, real };
+// A gated FFN's up-projection: one GEMM of the gate and up halves (Megatron-Core's linear_fc1), or
+// two GEMMs (torchtitan's w1 and w3).
+enum class GateUp { fused, apart };
 // How a linear layer's operands are cast to the compute format when it is 8 bits or fewer
 // (graph/quantize_casts.hpp): a max pass then a cast per tensor (dynamic tensorwise scaling),
 // torchao's rowwise form, one pass writing both layouts (block scales, delayed scaling), or no
@@ -320,6 +323,7 @@ struct FusedOpsSpec {
   ElementwiseExecution elementwise = ElementwiseExecution::fused;
   EagerRmsNorm eager_rms_norm = EagerRmsNorm::kernel;  // under elementwise eager
   EagerRope eager_rope = EagerRope::complex;           // under elementwise eager
+  std::optional<GateUp> gate_up;  // absent: apart under recompute selective_op, fused otherwise
 };
 
 // Devices that run slower than the rest (thermal throttling, a bad link, a noisy neighbour).
@@ -521,6 +525,13 @@ struct EnumNames<EagerRope> {
   static constexpr std::array<std::pair<std::string_view, EagerRope>, 2> names{{
       {"complex", EagerRope::complex},
       {"real", EagerRope::real},
+  }};
+};
+template <>
+struct EnumNames<GateUp> {
+  static constexpr std::array<std::pair<std::string_view, GateUp>, 2> names{{
+      {"fused", GateUp::fused},
+      {"apart", GateUp::apart},
   }};
 };
 template <>

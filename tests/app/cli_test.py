@@ -376,9 +376,12 @@ with tempfile.TemporaryDirectory() as tmp:
     # The loss family was -17% before its log-softmax read a 128,256-class row three times.
     # (hardware/efficiency/kernel-points.json's h100-fsdp-copies-trace takes FSDP's copy rate from
     # the first trace: its data_parallel family is no independent check.)
-    for trace, scenario, step_error in (("llama8b-s8192-mb1", "llama8b-s8k-mb1", -0.001),
-                                        ("llama8b-s8192-mb2-full", "llama8b-s8k-mb2-full", 0.001)):
-        r = run("validate", "--json", "--from-trace", TRACES + "2026-12-05-h100/" + trace + ".rank0.json.gz",
+    # Traced again with w1 and w3 in ranges of their own (gate_proj, up_proj), as the scenarios state
+    # them (fused_ops.gate_up apart; docs/calibration/runs/2026-12-05-gate-proj/): the activation's
+    # backward was +53% while the scenarios costed one GEMM of both halves and a concatenation.
+    for trace, scenario, step_error in (("llama8b-s8192-mb1", "llama8b-s8k-mb1", -0.0014),
+                                        ("llama8b-s8192-mb2-full", "llama8b-s8k-mb2-full", -0.0017)):
+        r = run("validate", "--json", "--from-trace", TRACES + "2026-12-05-h100-gate-proj/" + trace + ".rank0.json.gz",
                 "--scenario", "scenarios/trace/" + scenario + ".json")
         j = json.loads(r.stdout) if r.returncode == 0 else {}
         expect(trace + " on h100-hgx, no calibration", r.returncode == 0 and not j.get("calibration"), r.stderr[-300:])
@@ -389,13 +392,16 @@ with tempfile.TemporaryDirectory() as tmp:
             expect(trace + " GEMMs within 2%", abs(fam["gemm"]["error"]) < 0.02, str(fam.get("gemm")))
             expect(trace + " attention within 4%", abs(fam["attention"]["error"]) < 0.04, str(fam.get("attention")))
             expect(trace + " loss within 3%", abs(fam["loss"]["error"]) < 0.03, str(fam.get("loss")))
+            ops = {o["name"]: o for o in j["ops"]}
+            for op in ("layer*.ffn.gate_proj", "layer*.ffn.up_proj", "layer*.ffn.act.bwd"):
+                expect(f"{trace} {op} within 5%", op in ops and abs(ops[op]["error"]) < 0.05, str(ops.get(op)))
     # The same steps with nn.RMSNorm as PyTorch 2.4-2.7 computed it (harness --rms-norm composite,
-    # docs/calibration/runs/2026-12-05-h100-memory-norm/): the eager_rms_norm composite form of the
+    # docs/calibration/runs/2026-12-05-gate-proj/): the eager_rms_norm composite form of the
     # end-2024 torchtitan runs, its norms at the norm kind's rate (+20%: its casts and products
     # run at the elementwise rate).
     for trace, scenario in (("llama8b-s8192-mb1", "llama8b-s8k-mb1"), ("llama8b-s8192-mb2-full", "llama8b-s8k-mb2-full")):
         r = run("validate", "--json", "--from-trace",
-                f"docs/calibration/runs/2026-12-05-h100-memory-norm/h100/traces/{trace}-composite-norm.rank0.json.gz",
+                f"docs/calibration/runs/2026-12-05-gate-proj/h100/traces/{trace}-composite-norm.rank0.json.gz",
                 "--scenario", f"scenarios/trace/{scenario}-composite-norm.json")
         j = json.loads(r.stdout) if r.returncode == 0 else {}
         expect(trace + " composite norm validates", bool(j), r.stderr[-300:])
@@ -403,7 +409,7 @@ with tempfile.TemporaryDirectory() as tmp:
             err = j["step_time"]["error"]
             expect(trace + " composite norm step within 2%", abs(err) < 0.02, f"{err:+.4f}")
             fam = {f["family"]: f for f in j["families"]}
-            # A recorded miss, not a target: the family at +20% (measured +20.0% / +19.5%).
+            # A recorded miss, not a target: the family at +20% (measured +20.5% / +19.7%).
             expect(trace + " composite norm family at its recorded +20%", abs(fam["norm"]["error"] - 0.20) < 0.02,
                    str(fam.get("norm")))
     # The same steps with each layer under torch.compile (harness --compile, one H100 call beside

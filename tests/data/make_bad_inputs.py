@@ -176,6 +176,8 @@ write("attention-kernel-absent", mutate(scenario, lambda d: d["fused_ops"].updat
 llama = load("tests/validation/scenarios/torchtitan-llama31-8b-8xh100-fsdp.json")
 llama.update(model="llama-3.1-8b", hardware="h100-hgx")
 write("attention-kernel-unfused", mutate(llama, lambda d: d["fused_ops"].update(flash_attention=False, attention_kernel="flash2")), "scenario", "/fused_ops/attention_kernel", "fused_ops.flash_attention is false")
+write("gate-up-selective-op", mutate(llama, lambda d: d["fused_ops"].update(gate_up="fused") or d["recompute"].update(policy="selective_op")), "scenario", "/fused_ops/gate_up", "saves every second matmul's output")
+write("gate-up-ungated", mutate(llama, lambda d: d.update(model="gpt3-175b") or d["fused_ops"].update(gate_up="apart")), "scenario", "/fused_ops/gate_up", "gpt3-175b has no gated dense FFN or shared experts")
 write("missing-model", mutate(scenario, setp("/model", "../nope/model.json")), "scenario", "/model", "no such file")
 write("unknown-model-name", mutate(scenario, setp("/model", "kimi-k4")), "scenario", "/model", "'kimi-k4' is not a shipped models name")
 write("model-error", mutate(scenario, setp("/model", "../model/zero-experts.json")), "scenario", "/moe/num_experts", "must be positive, got 0", error_file="model/zero-experts.json")

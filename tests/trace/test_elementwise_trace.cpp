@@ -178,4 +178,18 @@ TEST_CASE("eager SwiGLU on a gate and an up projection apart has no concatenatio
   CHECK(bwd_apart.num_kernels == 3);                // two multiplies, silu_backward
   CHECK(bwd_apart.bytes_read == 6 * a * t * f);
   CHECK(bwd_apart.bytes_written == 3 * a * t * f);
+  // fused_ops.gate_up says the same without selective_op: two GEMMs of f columns each, with the
+  // FLOPs of the one 2f-wide GEMM between them.
+  s.spec.fused_ops.gate_up = GateUp::apart;
+  const auto ops = ops_by_name(build_step_graph(s));
+  const auto [stated, fwd_stated, bwd_stated] = act_with(RecomputePolicy::none);
+  REQUIRE(stated);
+  CHECK(bwd_stated.num_kernels == 3);
+  CHECK(bwd_stated.bytes_read == 6 * a * t * f);
+  s.spec.fused_ops.gate_up = GateUp::fused;
+  const auto fused_ops = ops_by_name(build_step_graph(s));
+  const double d = 2048;  // the slice's hidden size
+  CHECK(fused_ops.at("layer1.ffn.up_proj").flops == doctest::Approx(2 * t * d * 2 * f));
+  CHECK(ops.at("layer1.ffn.gate_proj").flops == doctest::Approx(2 * t * d * f));
+  CHECK(ops.at("layer1.ffn.up_proj").flops == doctest::Approx(2 * t * d * f));
 }

@@ -226,7 +226,7 @@ class DenseFFN(nn.Module):
         d, f = cfg["hidden"], cfg["ffn"]
         self.p = f"layer{layer}.ffn"
         self.split = bool(cfg.get("torchtitan"))
-        if self.split:  # torchtitan's w1 (gate) and w3 (up): two GEMMs in the graph's one up_proj
+        if self.split:  # torchtitan's w1 (gate) and w3 (up): the graph's gate_proj and up_proj (fused_ops.gate_up apart)
             self.w1 = nn.Linear(d, f, bias=False)
             self.w3 = nn.Linear(d, f, bias=False)
         else:
@@ -235,7 +235,8 @@ class DenseFFN(nn.Module):
 
     def forward(self, x):
         if self.split:
-            g, u = op_range(self.p + ".up_proj", lambda t: (self.w1(t), self.w3(t)), x)
+            g = op_range(self.p + ".gate_proj", self.w1, x)
+            u = op_range(self.p + ".up_proj", self.w3, x)
             a = op_range(self.p + ".act", lambda g, u: F.silu(g) * u, g, u)
         else:
             u = op_range(self.p + ".up_proj", self.up_proj, x)

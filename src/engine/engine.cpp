@@ -87,6 +87,7 @@ struct Engine::Impl {
   StepResult result;
   std::vector<Picoseconds> slot_end;
   std::vector<RankMemoryLedger> memory;
+  SlabTracks slab_tracks;  // the ledgers' slabs, shared where their placements agree
   EventQueue events;
   // Per slot, per op: its predecessors not yet done while it waits, then kOpRunning, then kOpDone
   // (step_analysis.hpp); its start time is not kept, the analyses derive it (start_of).
@@ -392,8 +393,10 @@ struct Engine::Impl {
     events.clear();
     rendezvous.clear();
     routed_bytes.clear();
+    slab_tracks.reset();
     for (int32_t s = 0; s < slots.num_slots(); ++s) {
       const Program& p = program_of(s);
+      memory[static_cast<size_t>(s)].share(&slab_tracks);
       memory[static_cast<size_t>(s)].reset(p.persistent.total(), p.persistent.host_total());
       remaining[static_cast<size_t>(s)] = index[static_cast<size_t>(p.stage)].num_preds;
       ended[static_cast<size_t>(s)].assign(p.ops.size(), 0);

@@ -10,10 +10,10 @@
 namespace moesim {
 
 double engine_state_bytes(const StepGraph& graph) {
-  // 8 (end) + 4 (predecessors left, then the op's state) + 4 (a block handle per buffer, about
-  // one per op) + an eighth of a byte (the placement frontier's bit), rounded up for the slab's
-  // nodes: 17 bytes per op and rank on the default by its peak RSS (two engines 155 MB, one 86 MB).
-  constexpr double kBytesPerOpAndRank = 20;
+  // 8 (end) + 4 (predecessors left, then the op's state) per op and rank; the slabs, their
+  // block handles and placement frontiers are per track, a few per program (slab_tracks.hpp),
+  // rounded up here for them: the default's peak RSS is 74 MB with one engine, 155 MB with two.
+  constexpr double kBytesPerOpAndRank = 16;
   double ops = 0;
   for (int64_t r = 0; r < graph.plan.num_ranks(); ++r) {
     ops += static_cast<double>(graph.programs[static_cast<size_t>(graph.plan.program_of(r))].ops.size());

@@ -2,7 +2,6 @@
 #include "memory/rank_memory.hpp"
 
 #include <algorithm>
-#include <stdexcept>
 #include <string>
 
 namespace moesim {
@@ -12,9 +11,9 @@ RankMemoryLedger::RankMemoryLedger(double persistent, double persistent_ddr) { r
 void RankMemoryLedger::reset(double persistent, double persistent_ddr) {
   pending_.clear();
   pending_time_ = 0;
-  slab_.reset();
-  frontier_.clear();
-  block_.assign(block_.size(), kNotPlaced);
+  if (own_tracks_) own_tracks_->reset();
+  track_ = -1;
+  placed_ = 0;
   hbm_ = persistent;
   ddr_ = persistent_ddr;
   live_ = {};
@@ -54,10 +53,7 @@ void RankMemoryLedger::apply(const Program& p, const Op& op, uint32_t op_index, 
     }
     hbm_ += dh;
     live_[static_cast<size_t>(b.category)] += dh;
-    if (dh != 0) {
-      if (block_.size() < p.buffers.size()) block_.resize(p.buffers.size(), kNotPlaced);
-      pending_.push_back({&p, op_index, e.buffer, dh > 0});
-    }
+    if (dh != 0) pending_.push_back({&p, op_index, e.buffer, dh > 0});
   }
   if (hbm_ > m_.peak_hbm_bytes) {
     m_.peak_hbm_bytes = hbm_;
@@ -84,32 +80,21 @@ void RankMemoryLedger::place_pending() {
     for (; j > 0 && before(x, pending_[j - 1]); --j) pending_[j] = pending_[j - 1];
     pending_[j] = x;
   }
-  slab_.follow(&frontier_);  // again here: the engine keeps its ledgers in a vector that may move them
-  for (size_t i = 0; i < pending_.size(); ++i) {
-    const Pending& x = pending_[i];
-    SlabAllocator::Handle& block = block_[x.buffer];
-    if (x.takes) {
-      if (block != kNotPlaced) throw std::logic_error(describe(x, "placed again by"));
-      if (frontier_.program() != x.program) frontier_.reset(*x.program);
-      block = slab_.place(slab_block_bytes(x.program->buffers[x.buffer].bytes), x.op).block;
-      const bool op_done = i + 1 == pending_.size() || pending_[i + 1].op != x.op || !pending_[i + 1].takes;
-      if (op_done) frontier_.placed(x.op);
-    } else {
-      if (block == kNotPlaced) throw std::logic_error(describe(x, "released but not placed, by"));
-      slab_.release(block, x.op, -1, 0);  // the engine needs no waits
-      block = kNotPlaced;
-    }
+  if (pending_.empty()) return;
+  batch_.clear();
+  for (const Pending& x : pending_) batch_.push_back({x.op, x.buffer, x.takes});
+  if (!tracks_) {
+    own_tracks_ = std::make_unique<SlabTracks>();
+    tracks_ = own_tracks_.get();
   }
+  if (track_ < 0) track_ = tracks_->start(*pending_.front().program);
+  track_ = tracks_->place(track_, placed_, batch_);
+  placed_ += batch_.size();
   pending_.clear();
 }
 
-std::string RankMemoryLedger::describe(const Pending& x, const std::string& what) {
-  const Program& p = *x.program;
-  return "buffer '" + p.names[p.buffers[x.buffer].name] + "' " + what + " op '" + p.name_of(p.ops[x.op]) + "'";
-}
-
 double RankMemoryLedger::reserved_hbm_bytes(double fragmentation) const {
-  const auto slab = static_cast<double>(slab_.high_water());
+  const auto slab = static_cast<double>(slab_high_water());
   const double transient_peak = m_.peak_hbm_bytes - m_.persistent_bytes;
   return m_.persistent_bytes + std::max(slab, transient_peak) + fragmentation * slab;
 }
@@ -118,7 +103,7 @@ RankMemory RankMemoryLedger::finish(double fragmentation) {
   place_pending();
   RankMemory m = m_;
   m.final_hbm_bytes = hbm_;
-  m.slab_bytes = static_cast<double>(slab_.high_water());
+  m.slab_bytes = static_cast<double>(slab_high_water());
   m.peak_hbm_bytes = reserved_hbm_bytes(fragmentation);
   m.allocator_reserve_bytes = m.peak_hbm_bytes - m_.peak_hbm_bytes;
   return m;

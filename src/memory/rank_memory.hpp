@@ -3,7 +3,8 @@
 // and host DDR (what swap moved there), applied op by op as the engine runs them, with the peak,
 // when and after which op it happened, and the allocator's reserve over it: the transient tensors
 // are placed in a slab as they come and go (slab_allocator.hpp), and what the slab needs beyond
-// the live tensors at the peak is the reserve.
+// the live tensors at the peak is the reserve. The ledgers of one engine share their slabs where
+// their placements agree (slab_tracks.hpp).
 //
 // Effects (graph/op.hpp MemAction) take effect at an op's start (alloc, the device copy of a
 // swap-in) or end (free, the release of a swapped-out tensor from HBM): during a swap both
@@ -17,8 +18,9 @@
 
 #include "core/enum_names.hpp"
 #include "graph/program.hpp"
-#include "memory/placement_frontier.hpp"
-#include "memory/slab_allocator.hpp"
+#include <memory>
+
+#include "memory/slab_tracks.hpp"
 
 namespace moesim {
 
@@ -47,6 +49,9 @@ class RankMemoryLedger {
   // A rank holding `persistent` bytes of HBM and `persistent_ddr` bytes of host memory (CPU
   // offload's state) for the whole step.
   explicit RankMemoryLedger(double persistent = 0, double persistent_ddr = 0);
+  // Places this ledger's tensors on `tracks`, shared with the other ledgers of one engine (reset
+  // by its owner before each step); without it the ledger keeps tracks of its own.
+  void share(SlabTracks* tracks) { tracks_ = tracks; }
   // Back to the state of a fresh ledger holding those bytes, keeping its buffers' capacity (the
   // engine reuses its ledgers from one sampled step to the next).
   void reset(double persistent, double persistent_ddr = 0);
@@ -74,14 +79,15 @@ class RankMemoryLedger {
     bool takes;  // placed (alloc, to_device) or released (free, to_host)
   };
   void place_pending();
-  static std::string describe(const Pending& x, const std::string& what);
+  uint64_t slab_high_water() const { return tracks_ ? tracks_->high_water(track_, placed_) : 0; }
 
   std::vector<Pending> pending_;
   Picoseconds pending_time_ = 0;
-  PlacementFrontier frontier_;  // the ops still to place, which the slab follows
-  SlabAllocator slab_{false};
-  static constexpr SlabAllocator::Handle kNotPlaced = UINT32_MAX;
-  std::vector<SlabAllocator::Handle> block_;  // per buffer of the program, its block while in HBM
+  std::vector<SlabEffect> batch_;  // pending_ as the slab takes it
+  std::unique_ptr<SlabTracks> own_tracks_;  // made when first needed, unless shared
+  SlabTracks* tracks_ = nullptr;
+  int32_t track_ = -1;  // the track this ledger's slab is on (-1: nothing placed yet)
+  size_t placed_ = 0;   // effects of the track's log that are this ledger's
   double hbm_ = 0;
   double ddr_ = 0;
   std::array<double, kNumMemCategories> live_{};

@@ -79,8 +79,8 @@ TEST_CASE("workers: as asked, at most one per step, and only as many engines as 
   const Scenario s = skewed_moe();
   const StepGraph g = build_step_graph(s);
   const double engine = engine_state_bytes(g);
-  // Every rank's ops of its program, at 20 bytes each: 16 ranks of one program here.
-  CHECK(engine == doctest::Approx(20.0 * 16 * static_cast<double>(g.programs.at(0).ops.size())));
+  // Every rank's ops of its program, at 16 bytes each: 16 ranks of one program here.
+  CHECK(engine == doctest::Approx(16.0 * 16 * static_cast<double>(g.programs.at(0).ops.size())));
   CHECK(g.programs.size() == 1);
   SampledStepsOptions so;
   so.steps = 4;

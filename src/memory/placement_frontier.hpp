@@ -7,8 +7,8 @@
 //
 // One bit per op (a set bit: still to place) and one bit per 64-op word (set: the word has a set
 // bit), so that the first op still to place at or after any op is a few word reads away; every
-// simulated rank keeps one, an eighth of a byte per op (the union-find over op indices it
-// replaced kept 4 bytes).
+// slab track (slab_tracks.hpp) keeps one, an eighth of a byte per op (the union-find over op
+// indices it replaced kept 4 bytes).
 #pragma once
 
 #include <bit>

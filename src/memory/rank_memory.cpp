@@ -2,6 +2,7 @@
 #include "memory/rank_memory.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 
 namespace moesim {
@@ -12,6 +13,7 @@ void RankMemoryLedger::reset(double persistent, double persistent_ddr) {
   pending_.clear();
   pending_time_ = 0;
   if (own_tracks_) own_tracks_->reset();
+  program_ = nullptr;
   track_ = -1;
   placed_ = 0;
   hbm_ = persistent;
@@ -29,6 +31,8 @@ void RankMemoryLedger::apply(const Program& p, const Op& op, uint32_t op_index, 
   if (op.num_effects > 0) {
     if (!pending_.empty() && t != pending_time_) place_pending();  // an instant is complete
     pending_time_ = t;
+    if (!program_) program_ = &p;
+    if (program_ != &p) throw std::logic_error("a memory ledger applies one program's effects per step");
   }
   for (const MemEffect& e : p.effects_of(op)) {
     const Buffer& b = p.buffers[e.buffer];
@@ -53,7 +57,7 @@ void RankMemoryLedger::apply(const Program& p, const Op& op, uint32_t op_index, 
     }
     hbm_ += dh;
     live_[static_cast<size_t>(b.category)] += dh;
-    if (dh != 0) pending_.push_back({&p, op_index, e.buffer, dh > 0});
+    if (dh != 0) pending_.push_back({op_index, e.buffer, dh > 0});
   }
   if (hbm_ > m_.peak_hbm_bytes) {
     m_.peak_hbm_bytes = hbm_;
@@ -68,28 +72,26 @@ void RankMemoryLedger::apply(const Program& p, const Op& op, uint32_t op_index, 
 void RankMemoryLedger::place_pending() {
   // One instant's effects in program order, an op's allocations before its releases: what
   // plan_slab does with a timeline, so the engine's slab is plan_slab's on the engine's times.
-  const auto before = [](const Pending& a, const Pending& b) {
+  const auto before = [](const SlabEffect& a, const SlabEffect& b) {
     return a.op != b.op ? a.op < b.op : a.takes > b.takes;
   };
   // Stable insertion sort: an instant's effects are few and nearly in order, and std::stable_sort
   // would allocate a buffer per instant.
   for (size_t i = 1; i < pending_.size(); ++i) {
     if (!before(pending_[i], pending_[i - 1])) continue;
-    const Pending x = pending_[i];
+    const SlabEffect x = pending_[i];
     size_t j = i;
     for (; j > 0 && before(x, pending_[j - 1]); --j) pending_[j] = pending_[j - 1];
     pending_[j] = x;
   }
   if (pending_.empty()) return;
-  batch_.clear();
-  for (const Pending& x : pending_) batch_.push_back({x.op, x.buffer, x.takes});
   if (!tracks_) {
     own_tracks_ = std::make_unique<SlabTracks>();
     tracks_ = own_tracks_.get();
   }
-  if (track_ < 0) track_ = tracks_->start(*pending_.front().program);
-  track_ = tracks_->place(track_, placed_, batch_);
-  placed_ += batch_.size();
+  if (track_ < 0) track_ = tracks_->start(*program_);
+  track_ = tracks_->place(track_, placed_, pending_);
+  placed_ += pending_.size();
   pending_.clear();
 }
 

@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "core/enum_names.hpp"
-#include "graph/program.hpp"
 #include <memory>
 
+#include "core/enum_names.hpp"
+#include "graph/program.hpp"
 #include "memory/slab_tracks.hpp"
 
 namespace moesim {
@@ -72,18 +72,12 @@ class RankMemoryLedger {
  private:
   // Slab placement waits until an instant is complete (place_pending): the engine reaches the
   // effects of one instant in event order, the slab takes them in program order.
-  struct Pending {
-    const Program* program;
-    uint32_t op;
-    uint32_t buffer;
-    bool takes;  // placed (alloc, to_device) or released (free, to_host)
-  };
   void place_pending();
   uint64_t slab_high_water() const { return tracks_ ? tracks_->high_water(track_, placed_) : 0; }
 
-  std::vector<Pending> pending_;
+  const Program* program_ = nullptr;  // the program whose effects this step applies (one per step)
+  std::vector<SlabEffect> pending_;   // placed (alloc, to_device) or released (free, to_host)
   Picoseconds pending_time_ = 0;
-  std::vector<SlabEffect> batch_;  // pending_ as the slab takes it
   std::unique_ptr<SlabTracks> own_tracks_;  // made when first needed, unless shared
   SlabTracks* tracks_ = nullptr;
   int32_t track_ = -1;  // the track this ledger's slab is on (-1: nothing placed yet)

@@ -33,7 +33,10 @@ std::string run_calibrate_command(const CalibrateCommand& c, Distributed& job) {
   opt.attention_scenario = c.attention_scenario;
   opt.gemm_duty = c.gemm_duty;
   opt.command = c.command;
-  opt.log = [](const std::string& line) { std::cerr << "calibrate: " << line << "\n"; };
+  // Under a progress line (a terminal) each log line first clears it; the next update redraws it.
+  const char* clear = c.progress ? "\r\033[K" : "";
+  opt.log = [clear](const std::string& line) { std::cerr << clear << "calibrate: " << line << "\n"; };
+  opt.progress = c.progress;
   const cuda::CalibrationRun run = cuda::run_calibration(opt, job);
   if (job.rank() != 0) return {};
   if (c.out.empty()) {

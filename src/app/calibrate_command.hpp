@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +36,9 @@ struct CalibrateCommand {
   std::string attention_scenario;     // scenario whose attention ops are timed (empty: the K3 slice)
   double gemm_duty = 1;               // the GEMM sweeps' busy fraction, in (0, 1] (cuda::CalibrateOptions)
   std::string command;  // the command line, recorded as provenance
+  // Measurements done and planned, after each one (process 0 only): the binary's progress line on
+  // a terminal (app/progress.hpp). Empty: no progress is shown, and log lines are plain.
+  std::function<void(int64_t done, int64_t total)> progress;
 };
 
 // Reads `--only` ("gemm,collectives") into c.only and `--devices` (absent: all GPUs) into

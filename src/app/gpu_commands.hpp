@@ -21,7 +21,7 @@ struct GpuCommands {
 };
 
 // Bumped whenever GpuCommands or the option structs change.
-inline constexpr int kGpuCommandsAbi = 3;
+inline constexpr int kGpuCommandsAbi = 4;
 
 // The module's entry point (extern "C", so that the loader finds it by name).
 inline constexpr const char* kGpuCommandsSymbol = "moesim_gpu_commands";

@@ -333,7 +333,22 @@ int main(int argc, char** argv) {
       }
 #ifdef MOESIM_GPU_MODULE
       if (calibrate->parsed()) {
-        return run_gpu_command([&](Distributed& job) { return gpu_commands().calibrate(calibrate_opt, job); });
+        // A progress line on a terminal (progress.hpp): the file goes to stdout without --out.
+        const bool show_progress = progress_wanted(calibrate_opt.out.empty());
+        const auto start = std::chrono::steady_clock::now();
+        if (show_progress) {
+          calibrate_opt.progress = [start](int64_t done, int64_t total) { draw_progress(done, total, "measurements", start); };
+        }
+        return run_gpu_command([&](Distributed& job) {
+          // The line ends before anything else is printed, an error too.
+          struct EndLine {
+            bool drawn;
+            ~EndLine() {
+              if (drawn) end_progress();
+            }
+          } end_line{show_progress && job.rank() == 0};
+          return gpu_commands().calibrate(calibrate_opt, job);
+        });
       }
       if (run_opt.scenario.empty()) throw InputError("SCENARIO", "", "is required (or --from-trace TRACE --scenario SCENARIO)");
       run_opt.json = trace_opt.json;

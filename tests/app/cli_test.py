@@ -506,6 +506,16 @@ for args, unit in () if not have_pty else ((("plan", "fit", "scenarios/k3-lora-f
     pj, errj = run_on_tty(*args, "--json")
     expect(name + " --json to a pipe: no progress", pj.returncode == 0 and unit not in errj, errj[-300:])
 
+# calibrate's progress (on a GPU machine): every measurement the plan counted is made and
+# counted, so the line ends at "N / N measurements"; the log lines stay on lines of their own.
+if have_pty and os.path.exists(module) and shutil.which("nvidia-smi") is not None:
+    with tempfile.TemporaryDirectory() as tmp:
+        p, err = run_on_tty("calibrate", "--quick", "--only", "gemm,memory,copies,loss", "--out", os.path.join(tmp, "c.json"))
+        counts = [(int(d), int(t)) for d, t in re.findall(r"\] (\d+) / (\d+) measurements", err)]
+        expect("calibrate progress on a terminal", p.returncode == 0 and counts and counts[-1][0] == counts[-1][1] > 0
+               and all(a[0] <= b[0] and a[1] == b[1] for a, b in zip(counts, counts[1:])), err[-400:])
+        expect("calibrate log lines beside the progress", "\rcalibrate: gemm" in err.replace("\x1b[K", ""), err[-400:])
+
 for f in failures:
     print("FAIL", f)
 print(f"cli: {len(failures)} failure(s)")

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <set>
@@ -104,10 +105,61 @@ struct Context {
   Settings s;
   cudaStream_t stream = nullptr;
   std::string summary;
+  int64_t planned = 0;  // measurements this run makes (the plan's count)
+  int64_t done = 0;
   void log(const std::string& line) const {
     if (opt.log) opt.log(line);
   }
+  void measured() {
+    ++done;
+    if (opt.progress) opt.progress(done, std::max(planned, done));
+  }
 };
+
+// The grids, read by the plan (how many measurements a run makes) and by the benchmarks.
+
+std::vector<GemmShape> gemm_shapes(bool quick) {
+  std::vector<GemmShape> shapes;
+  const std::vector<int64_t> squares = quick ? std::vector<int64_t>{512, 4096}
+                                             : std::vector<int64_t>{256, 512, 1024, 2048, 4096, 8192, 16384};
+  for (int64_t s : squares) shapes.push_back({s, s, s, Trans::none, Trans::transpose, OutType::bf16});
+  // Linear layers of K3 at token counts from decode-like skinny to long sequences.
+  const std::vector<int64_t> tokens = quick ? std::vector<int64_t>{64, 4096}
+                                            : std::vector<int64_t>{16, 64, 256, 512, 1024, 2048, 4096, 8192, 16384};
+  const std::vector<std::pair<int64_t, int64_t>> nk = {{kProjection, kHidden}, {kHidden, kProjection}, {kLatent, kHidden}};
+  for (int64_t m : tokens) {
+    for (auto [n, k] : nk) shapes.push_back({m, n, k, Trans::none, Trans::transpose, OutType::bf16});
+  }
+  return shapes;
+}
+
+// The experts of one EP64 rank of K3 on the latent width: gate|up (n = 2 f, k = l) and down (n = l, k = f).
+const std::vector<std::pair<int64_t, int64_t>> kGroupedNk = {{2 * kExpertWidth, kLatent}, {kLatent, kExpertWidth}};
+
+std::vector<int64_t> grouped_rows_per_expert(bool quick) {
+  return quick ? std::vector<int64_t>{512, 4096} : std::vector<int64_t>{64, 256, 512, 1024, 2048, 4096, 8192, 16384};
+}
+
+std::vector<double> memory_copy_sizes(bool quick) {
+  return quick ? std::vector<double>{16e6, 1e9} : std::vector<double>{1e6, 4e6, 16e6, 64e6, 256e6, 1e9};
+}
+
+// The kernels at K3 shapes each of bench_memory and bench_other times after its grid (each checks
+// its list against these).
+constexpr int64_t kMemoryKernelCases = 5;
+constexpr int64_t kOtherKernelCases = 7;
+
+std::vector<double> host_copy_sizes(bool quick) {
+  return quick ? std::vector<double>{1 << 20, 256 << 20} : std::vector<double>{64 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30};
+}
+
+// A benchmark's list of cases has the length the plan counted.
+void check_planned(size_t cases, int64_t planned, const char* what) {
+  if (static_cast<int64_t>(cases) != planned) {
+    throw BackendError(std::string("calibrate: ") + what + " has " + std::to_string(cases) + " cases, the plan counts " +
+                       std::to_string(planned));
+  }
+}
 
 // time_on_stream at the GEMM duty cycle: one call timed alone sizes the idle gap after every call,
 // (1 - duty) / duty of it, so the GPU is busy `duty` of the sweep.
@@ -119,17 +171,7 @@ Timing time_gemm(Context& cx, const std::function<void(int)>& enqueue) {
 }
 
 json bench_gemm(Context& cx, Gemm& gemm, Pool& pool, Pool& out_pool) {
-  std::vector<GemmShape> shapes;
-  const std::vector<int64_t> squares = cx.opt.quick ? std::vector<int64_t>{512, 4096}
-                                                    : std::vector<int64_t>{256, 512, 1024, 2048, 4096, 8192, 16384};
-  for (int64_t s : squares) shapes.push_back({s, s, s, Trans::none, Trans::transpose, OutType::bf16});
-  // Linear layers of K3 at token counts from decode-like skinny to long sequences.
-  const std::vector<int64_t> tokens = cx.opt.quick ? std::vector<int64_t>{64, 4096}
-                                                   : std::vector<int64_t>{16, 64, 256, 512, 1024, 2048, 4096, 8192, 16384};
-  const std::vector<std::pair<int64_t, int64_t>> nk = {{kProjection, kHidden}, {kHidden, kProjection}, {kLatent, kHidden}};
-  for (int64_t m : tokens) {
-    for (auto [n, k] : nk) shapes.push_back({m, n, k, Trans::none, Trans::transpose, OutType::bf16});
-  }
+  const std::vector<GemmShape> shapes = gemm_shapes(cx.opt.quick);
   std::map<double, std::vector<double>> by_x;
   json samples = json::array();
   cx.summary += "GEMM (bf16, cuBLASLt)            m      n      k   heuristic TF/s   best TF/s\n";
@@ -168,6 +210,7 @@ json bench_gemm(Context& cx, Gemm& gemm, Pool& pool, Pool& out_pool) {
                       flops / best_s / 1e12);
     cx.log(fmt("gemm %.0f x %.0f x %.0f: %.1f TFLOP/s", static_cast<double>(sh.m), static_cast<double>(sh.n),
                static_cast<double>(sh.k), flops / heuristic.median_s / 1e12));
+    cx.measured();
   }
   json t = table("min_mnk", "flops_per_s", by_x);
   t["dtype"] = "bf16";
@@ -176,10 +219,8 @@ json bench_gemm(Context& cx, Gemm& gemm, Pool& pool, Pool& out_pool) {
 }
 
 json bench_grouped_gemm(Context& cx, Gemm& gemm) {
-  // The experts of one EP64 rank of K3 on the latent width: gate|up (n = 2 f, k = l) and down (n = l, k = f).
-  const std::vector<int64_t> per_expert = cx.opt.quick ? std::vector<int64_t>{512, 4096}
-                                                       : std::vector<int64_t>{64, 256, 512, 1024, 2048, 4096, 8192, 16384};
-  const std::vector<std::pair<int64_t, int64_t>> nk = {{2 * kExpertWidth, kLatent}, {kLatent, kExpertWidth}};
+  const std::vector<int64_t> per_expert = grouped_rows_per_expert(cx.opt.quick);
+  const auto& nk = kGroupedNk;
   const int64_t max_rows = per_expert.back() * kExpertsPerRank;
   const int64_t max_k = std::max(kLatent, kExpertWidth);
   DeviceBuffer<bf16_bits> w(static_cast<size_t>(kExpertsPerRank) * 2 * kExpertWidth * kLatent);  // > 600 MB: no L2 reuse
@@ -204,6 +245,7 @@ json bench_grouped_gemm(Context& cx, Gemm& gemm) {
                         static_cast<double>(n), static_cast<double>(k), flops / t.median_s / 1e12);
       cx.log(fmt("grouped gemm %.0f rows/expert n %.0f k %.0f: %.1f TFLOP/s", static_cast<double>(rows),
                  static_cast<double>(n), static_cast<double>(k), flops / t.median_s / 1e12));
+      cx.measured();
     }
   }
   json tb = table("rows_per_group", "flops_per_s", by_x);
@@ -219,9 +261,7 @@ json bench_memory(Context& cx, Pool& pool, Pool& out_pool) {
   std::map<double, std::vector<double>> by_x;
   json samples = json::array();
   cx.summary += "\nMemory-bound kernels          bytes moved      GB/s\n";
-  const std::vector<double> sizes = cx.opt.quick ? std::vector<double>{16e6, 1e9}
-                                                 : std::vector<double>{1e6, 4e6, 16e6, 64e6, 256e6, 1e9};
-  for (double bytes : sizes) {
+  for (double bytes : memory_copy_sizes(cx.opt.quick)) {
     const auto n = static_cast<int64_t>(bytes / 4);  // copy reads and writes n BF16 values: 4n bytes
     const Timing t = time_on_stream(cx.stream, cx.s.warmup, cx.s.repeats, [&](int i) {
       copy(pool.slice(static_cast<size_t>(n), i), out_pool.slice(static_cast<size_t>(n), i), n, cx.stream);
@@ -230,6 +270,7 @@ json bench_memory(Context& cx, Pool& pool, Pool& out_pool) {
     by_x[moved].push_back(moved / t.median_s);
     samples.push_back({{"kernel", "copy"}, {"bytes", moved}, {"seconds", t.median_s}, {"bytes_per_s", moved / t.median_s}});
     cx.summary += fmt("  copy                        %11.3g  %8.1f\n", moved, moved / t.median_s / 1e9);
+    cx.measured();
   }
   // K3 shapes: 4096 tokens x hidden 7168 (norm, add), x expert width 3072 (SwiGLU on 14 experts' rows).
   const int64_t rows = 4096;
@@ -269,6 +310,7 @@ json bench_memory(Context& cx, Pool& pool, Pool& out_pool) {
                          cx.stream);
        }},
   };
+  check_planned(cases.size(), kMemoryKernelCases, "the memory-bound benchmark");
   const double hbm_peak = device_hbm_peak();  // for the roofline column only
   for (auto& c : cases) {
     const Timing t = time_on_stream(cx.stream, cx.s.warmup, cx.s.repeats, c.run);
@@ -276,6 +318,7 @@ json bench_memory(Context& cx, Pool& pool, Pool& out_pool) {
                        {"fraction_of_device_hbm_peak", c.bytes / t.median_s / hbm_peak}});
     cx.summary += "  " + c.name + fmt(": %.3g B, %.1f GB/s (%.2f of the device's %.2f TB/s)\n", c.bytes,
                                       c.bytes / t.median_s / 1e9, c.bytes / t.median_s / hbm_peak, hbm_peak / 1e12);
+    cx.measured();
   }
   json tb = table("bytes", "bytes_per_s", by_x);
   tb["samples"] = samples;
@@ -348,6 +391,7 @@ json bench_other(Context& cx, Gemm& gemm) {
       {"adamw (256 Mi params)", (4.0 * 4 + 4 * 3 + 2) * nparam, 0,
        [&] { adamw_step(master.data(), grad.data(), m.data(), v.data(), param.data(), nparam, AdamWConfig{}, cx.stream); }},
   };
+  check_planned(cases.size(), kOtherKernelCases, "the other-kernels benchmark");
   cx.summary += "\nOther kernels (K3 shapes)                          time (us)   GB/s   TF/s\n";
   for (auto& c : cases) {
     const Timing t = time_on_stream(cx.stream, cx.s.warmup, cx.s.repeats, [&](int) { c.run(); });
@@ -355,13 +399,13 @@ json bench_other(Context& cx, Gemm& gemm) {
                        {"bytes_per_s", c.bytes / t.median_s}, {"flops_per_s", c.flops / t.median_s}});
     cx.summary += "  " + c.name + fmt(": %.1f us, %.1f GB/s, %.1f TF/s\n", t.median_s * 1e6, c.bytes / t.median_s / 1e9,
                       c.flops / t.median_s / 1e12);
+    cx.measured();
   }
   return samples;
 }
 
 json bench_host_copy(Context& cx) {
-  const std::vector<double> sizes = cx.opt.quick ? std::vector<double>{1 << 20, 256 << 20}
-                                                 : std::vector<double>{64 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30};
+  const std::vector<double> sizes = host_copy_sizes(cx.opt.quick);
   const auto max_bytes = static_cast<size_t>(sizes.back());
   DeviceBuffer<uint8_t> dev(max_bytes);
   PinnedBuffer<uint8_t> host(max_bytes);
@@ -376,6 +420,7 @@ json bench_host_copy(Context& cx) {
     h2d[bytes].push_back(bytes / in.median_s);
     d2h[bytes].push_back(bytes / out.median_s);
     cx.summary += fmt("               %10.3g   %9.1f  %9.1f\n", bytes, bytes / in.median_s / 1e9, bytes / out.median_s / 1e9);
+    cx.measured();
   }
   return {{"h2d", table("bytes", "bytes_per_s", h2d)}, {"d2h", table("bytes", "bytes_per_s", d2h)}};
 }
@@ -392,6 +437,14 @@ double used_bytes(int device) {
 // The kinds calibration measures, in the file's order.
 constexpr std::array<OpKind, 4> kCollectiveKinds = {OpKind::all_reduce, OpKind::all_gather, OpKind::reduce_scatter,
                                                     OpKind::all_to_all};
+
+// Groups of the first 2, 4, 8, ... GPUs, and all of them (--devices 6: 2, 4, 6); none below 2.
+std::vector<int> collective_group_sizes(int num_gpus) {
+  std::vector<int> sizes;
+  for (int n = 2; n <= num_gpus; n *= 2) sizes.push_back(n);
+  if (num_gpus > 2 && sizes.back() != num_gpus) sizes.push_back(num_gpus);
+  return sizes;
+}
 
 std::vector<double> collective_sizes(bool quick) {
   return quick ? std::vector<double>{1 << 20, 256 << 20}
@@ -466,10 +519,7 @@ json bench_collectives(Context& cx, int num_gpus, std::map<std::string, double>&
   const std::vector<double> sizes = collective_sizes(cx.opt.quick);
   cx.summary += "\nNCCL collectives (nccl-tests' size, count, algbw, busbw; median of the repeats)\n" +
                 collective_table_header(false);
-  std::vector<int> group_sizes;
-  for (int n = 2; n <= num_gpus; n *= 2) group_sizes.push_back(n);
-  if (num_gpus > 2 && group_sizes.back() != num_gpus) group_sizes.push_back(num_gpus);  // --devices 6: 2, 4, 6
-  for (int n : group_sizes) {
+  for (int n : collective_group_sizes(num_gpus)) {
     std::vector<int> devices(static_cast<size_t>(n));
     std::iota(devices.begin(), devices.end(), 0);
     const auto max_bytes = static_cast<size_t>(sizes.back());
@@ -504,6 +554,7 @@ json bench_collectives(Context& cx, int num_gpus, std::map<std::string, double>&
       }
       out[name][std::to_string(n)] = series.to_json();
       cx.log("collectives: " + name + " over " + std::to_string(n) + " GPUs done");
+      cx.measured();
       if (n == 2) {
         group.synchronize();
         double grown = 0;
@@ -618,6 +669,7 @@ void bench_collectives_across_processes(Context& cx, Distributed& job, const Pro
         intra[name][std::to_string(n)] = tb;
       }
       cx.log("collectives: " + name + " over " + std::to_string(n) + " processes (" + tier + ") done");
+      cx.measured();
     }
   }
   MOESIM_CUDA_CHECK(cudaStreamDestroy(stream));
@@ -634,39 +686,66 @@ void bench_collectives_across_processes(Context& cx, Distributed& job, const Pro
 // recompute op is the same launch), backward kernels on the bwd op.
 constexpr const char* kAttentionScenario = "scenarios/calibration/k3-slice-1gpu.json";
 
-json bench_attention(Context& cx) {
-  const std::vector<int64_t> seqs = cx.opt.quick ? std::vector<int64_t>{2048, 16384}
-                                                 : std::vector<int64_t>{2048, 4096, 16384, 32768};
+// One step graph whose attention ops are timed: the scenario at one grid length, fused or (for
+// its DSA indexer's own kinds) unfused, and the ops of rank 0's program to time in it.
+struct AttentionCase {
+  int64_t seq = 0;
+  std::unique_ptr<Scenario> scenario;  // owns the model the launches read (OpEnv::model)
+  StepGraph graph;
+  size_t program = 0;
+  std::vector<uint32_t> ops;
+};
+
+// The cases, built on the CPU before anything is timed. Each grid length on the scenario and,
+// where it fuses DSA, on its unfused form too, whose indexer score and key gather are kinds of
+// their own; a kind both forms run is timed once per length (in the fused form).
+std::vector<AttentionCase> attention_cases(const CalibrateOptions& opt) {
+  const std::vector<int64_t> seqs = opt.quick ? std::vector<int64_t>{2048, 16384} : std::vector<int64_t>{2048, 4096, 16384, 32768};
+  const std::string ref = opt.attention_scenario.empty() ? std::string(kAttentionScenario) : opt.attention_scenario;
+  const InputText base = read_input(ref, "scenarios", "--scenario");
+  const json base_json = json::parse(base.text);
+  const bool fused_dsa = base_json.contains("fused_ops") && base_json["fused_ops"].value("dsa", false);
+  std::vector<AttentionCase> cases;
+  for (int64_t seq : seqs) {
+    std::set<std::pair<OpKind, bool>> timed;  // (kind, backward) already timed at this length
+    for (const bool unfuse_dsa : {false, true}) {
+      if (unfuse_dsa && !fused_dsa) continue;
+      json sj = base_json;
+      sj["batch"]["sequence_length"] = seq;
+      sj["batch"]["global_batch_size"] = 1;
+      sj["batch"]["micro_batch_size"] = 1;
+      sj["training"].erase("lora");
+      sj["training"]["mode"] = "full_finetune";
+      if (unfuse_dsa) sj["fused_ops"]["dsa"] = false;
+      AttentionCase c;
+      c.seq = seq;
+      c.scenario = std::make_unique<Scenario>(load_scenario(InputText{base.name, sj.dump(), base.embedded}));
+      c.graph = build_step_graph(*c.scenario);
+      c.program = static_cast<size_t>(c.graph.plan.program_of(0));
+      const Program& p = c.graph.programs[c.program];
+      for (uint32_t i = 0; i < p.ops.size(); ++i) {
+        const Op& op = p.ops[i];
+        if (!is_calibrated_attention_kind(op.kind) || op.phase == Phase::recompute || op.phase == Phase::optimizer) continue;
+        if (timed.insert({op.kind, op.phase == Phase::bwd}).second) c.ops.push_back(i);
+      }
+      cases.push_back(std::move(c));
+    }
+  }
+  return cases;
+}
+
+json bench_attention(Context& cx, const std::vector<AttentionCase>& cases) {
   // Each call is milliseconds to a second: fewer repeats than the small kernels.
   const int warmup = cx.opt.quick ? 1 : 2;
   const int repeats = cx.opt.quick ? 2 : 5;
-  const std::string ref = cx.opt.attention_scenario.empty() ? std::string(kAttentionScenario) : cx.opt.attention_scenario;
-  const InputText base = read_input(ref, "scenarios", "--scenario");
   std::map<std::pair<std::string, std::string>, std::map<double, std::vector<double>>> by_x;  // (kind, phase)
   std::map<std::pair<std::string, std::string>, json> samples;
   cx.summary += "\nAttention (executor launches)  kind               phase      seq   ms      TF/s\n";
-  // Each grid length on the scenario and, where it fuses DSA, on its unfused form too, whose
-  // indexer score and key gather are kinds of their own (the fused form's ops are timed once).
-  std::vector<std::pair<int64_t, bool>> runs;
-  const json base_json = json::parse(base.text);
-  const bool fused_dsa = base_json.contains("fused_ops") && base_json["fused_ops"].value("dsa", false);
-  for (int64_t seq : seqs) {
-    runs.emplace_back(seq, false);
-    if (fused_dsa) runs.emplace_back(seq, true);
-  }
-  std::set<std::pair<OpKind, bool>> done;  // per length: a kind both forms run is timed once
-  for (const auto& [seq, unfuse_dsa] : runs) {
-    if (!unfuse_dsa) done.clear();  // each length starts with its fused form
-    json sj = json::parse(base.text);
-    sj["batch"]["sequence_length"] = seq;
-    sj["batch"]["global_batch_size"] = 1;
-    sj["batch"]["micro_batch_size"] = 1;
-    sj["training"].erase("lora");
-    sj["training"]["mode"] = "full_finetune";
-    if (unfuse_dsa) sj["fused_ops"]["dsa"] = false;
-    const Scenario sc = load_scenario(InputText{base.name, sj.dump(), base.embedded});
-    const StepGraph g = build_step_graph(sc);
-    const Program& p = g.programs[static_cast<size_t>(g.plan.program_of(0))];
+  for (const AttentionCase& c : cases) {
+    const StepGraph& g = c.graph;
+    const Scenario& sc = *c.scenario;
+    const Program& p = g.programs[c.program];
+    const int64_t seq = c.seq;
     // Causal DSA keys as the executor's tables.
     DeviceBuffer<int32_t> dsa_keys;
     if (sc.model.dsa_indexer) {
@@ -677,11 +756,9 @@ json bench_attention(Context& cx) {
       dsa_keys = DeviceBuffer<int32_t>(keys.size());
       dsa_keys.upload(keys);
     }
-    for (uint32_t i = 0; i < p.ops.size(); ++i) {
+    for (const uint32_t i : c.ops) {
       const Op& op = p.ops[i];
-      if (!is_calibrated_attention_kind(op.kind) || op.phase == Phase::recompute || op.phase == Phase::optimizer) continue;
       const bool backward = op.phase == Phase::bwd;
-      if (!done.insert({op.kind, backward}).second) continue;
       OpEnv env;
       env.graph = &g;
       env.model = &sc.model;
@@ -706,6 +783,7 @@ json bench_attention(Context& cx) {
                     (bytes_rate ? " TB/s\n" : "\n");
       cx.log(fmt("attention seq %.0f: ", static_cast<double>(seq)) + kind + " " + phase +
              fmt(" %.2f ms, %.1f ", t.median_s * 1e3, work / t.median_s / 1e12) + (bytes_rate ? "TB/s" : "TFLOP/s"));
+      cx.measured();
     }
     MOESIM_CUDA_CHECK(cudaStreamSynchronize(cx.stream));
   }
@@ -764,9 +842,37 @@ CalibrationRun run_calibration(const CalibrateOptions& options, Distributed& job
   const double runtime_bytes = used_bytes(device);
   const DeviceInfo dev = device_info(device);
   CalibrateOptions opt = options;
-  if (!speaker) opt.log = nullptr;  // process 0 speaks for the job
+  if (!speaker) {  // process 0 speaks for the job
+    opt.log = nullptr;
+    opt.progress = nullptr;
+  }
   Context cx{opt, options.quick ? Settings{2, 5} : Settings{5, 25}, nullptr, std::string()};
   const auto start = std::chrono::steady_clock::now();
+  // The plan first: the step graphs whose ops are timed are built, and every measurement counted,
+  // before the first one runs, so that the progress has its total from the start.
+  std::vector<AttentionCase> attention_plan;
+  std::vector<CceCase> cce_plan;
+  if (speaker) {
+    const bool quick = options.quick;
+    if (wants("gemm")) {
+      cx.planned += static_cast<int64_t>(gemm_shapes(quick).size() + grouped_rows_per_expert(quick).size() * kGroupedNk.size());
+    }
+    if (wants("memory")) cx.planned += static_cast<int64_t>(memory_copy_sizes(quick).size()) + kMemoryKernelCases + kOtherKernelCases;
+    if (wants("copies")) cx.planned += static_cast<int64_t>(host_copy_sizes(quick).size());
+    if (wants("attention")) {
+      attention_plan = attention_cases(opt);
+      for (const AttentionCase& c : attention_plan) cx.planned += static_cast<int64_t>(c.ops.size());
+    }
+    if (wants("loss")) {
+      cce_plan = cce_cases(cce_shapes(quick));
+      for (const CceCase& c : cce_plan) cx.planned += static_cast<int64_t>(c.ops.size());
+    }
+    if (wants("collectives")) {
+      const size_t groups = per_process ? collective_layouts(place).size() : collective_group_sizes(num_gpus).size();
+      cx.planned += static_cast<int64_t>(groups * kCollectiveKinds.size());
+    }
+    if (opt.progress) opt.progress(0, cx.planned);
+  }
   json kernels = json::object();
   json host;
   json other;
@@ -788,8 +894,8 @@ CalibrationRun run_calibration(const CalibrateOptions& options, Distributed& job
       }
       if (wants("copies")) host = bench_host_copy(cx);
     }
-    if (wants("attention")) attention = bench_attention(cx);
-    if (wants("loss")) kernels["cce"] = bench_cce({cx.stream, cx.opt.quick, cx.opt.log}, cx.summary);
+    if (wants("attention")) attention = bench_attention(cx, attention_plan);
+    if (wants("loss")) kernels["cce"] = bench_cce({cx.stream, cx.opt.quick, cx.opt.log, [&] { cx.measured(); }}, cce_plan, cx.summary);
     MOESIM_CUDA_CHECK(cudaStreamSynchronize(cx.stream));
     MOESIM_CUDA_CHECK(cudaStreamDestroy(cx.stream));
   }

@@ -33,7 +33,11 @@ struct CalibrateOptions {
   // that draws more. Which one a step sees depends on its power (docs/calibration/validation.md).
   double gemm_duty = 1;
   std::string command;  // recorded as provenance
-  std::function<void(const std::string&)> log;  // progress lines; may be empty
+  std::function<void(const std::string&)> log;  // a line per measurement; may be empty
+  // After each measurement: how many are done of all this run plans (counted before the first one
+  // runs: GEMM shapes, memory kernels, attention and loss ops of their step graphs, collective
+  // series of one kind and group). May be empty.
+  std::function<void(int64_t done, int64_t total)> progress;
 };
 
 struct CalibrationRun {

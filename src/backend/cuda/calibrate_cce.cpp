@@ -86,11 +86,10 @@ std::vector<CceCase> cce_cases(const std::vector<CceShape>& shapes) {
   return cases;
 }
 
-json bench_cce(const CceBenchOptions& o, std::string& summary) {
+json bench_cce(const CceBenchOptions& o, const std::vector<CceCase>& cases, std::string& summary) {
   // Each launch is milliseconds to a tenth of a second: the attention tables' repeats.
   const int warmup = o.quick ? 1 : 2;
   const int repeats = o.quick ? 2 : 5;
-  const std::vector<CceCase> cases = cce_cases(cce_shapes(o.quick));
   Gemm gemm;
   std::map<CcePass, std::map<double, std::vector<double>>> by_x;
   std::map<CcePass, json> samples;
@@ -133,6 +132,7 @@ json bench_cce(const CceBenchOptions& o, std::string& summary) {
         o.log(fmt("cce hidden %.0f: ", static_cast<double>(op.k)) + name + " (" + pass_name + ")" +
               fmt(" %.2f ms, %.1f TFLOP/s", t.median_s * 1e3, rate / 1e12));
       }
+      if (o.measured) o.measured();
     }
     MOESIM_CUDA_CHECK(cudaStreamSynchronize(o.stream));
   }

@@ -66,10 +66,12 @@ struct CceBenchOptions {
   cudaStream_t stream = nullptr;
   bool quick = false;
   std::function<void(const std::string&)> log;  // may be empty
+  std::function<void()> measured;               // after each op timed; may be empty
 };
 
-// Times every case's ops and returns the kernels/cce object {"forward": table, "backward": table,
+// Times every case's ops (cce_cases(cce_shapes(quick)): the caller plans them, and counts them for
+// its progress) and returns the kernels/cce object {"forward": table, "backward": table,
 // "backward_frozen": table}; appends a table for the terminal to `summary`.
-nlohmann::json bench_cce(const CceBenchOptions& options, std::string& summary);
+nlohmann::json bench_cce(const CceBenchOptions& options, const std::vector<CceCase>& cases, std::string& summary);
 
 }  // namespace moesim::cuda

@@ -26,6 +26,7 @@
 #include "app/slice_command.hpp"
 #include "app/sweep_command.hpp"
 #include "app/trace_commands.hpp"
+#include "core/allocator.hpp"
 #include "core/error.hpp"
 #include "core/json_input.hpp"
 #include "core/output_file.hpp"
@@ -156,6 +157,7 @@ moesim::StepGraph imported_graph_for(const std::string& file, const moesim::Scen
 
 int main(int argc, char** argv) {
   using namespace moesim;
+  tune_allocator();
   CLI::App app{"moesim: simulator and performance model of trillion-parameter MoE training"};
   app.set_version_flag("--version", "moesim 0.1.0");
   app.require_subcommand(0, 1);  // at most one, so "describe scenario" reads scenario as KIND

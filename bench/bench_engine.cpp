@@ -6,7 +6,6 @@
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 
-#include "core/allocator.hpp"
 #include "engine/engine.hpp"
 
 namespace {
@@ -53,13 +52,3 @@ BENCHMARK(BM_1024Distinct)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_16384Distinct)->Unit(benchmark::kMillisecond);
 
 }  // namespace
-
-// The binary's allocator settings (core/allocator.hpp), so that the numbers are the binary's.
-int main(int argc, char** argv) {
-  moesim::tune_allocator();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}

@@ -5,7 +5,6 @@
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 
-#include "core/allocator.hpp"
 #include "graph/step_graph.hpp"
 
 namespace {
@@ -68,13 +67,3 @@ void BM_Build16384(benchmark::State& state) {
 BENCHMARK(BM_Build16384)->Unit(benchmark::kMillisecond);
 
 }  // namespace
-
-// The binary's allocator settings (core/allocator.hpp), so that the numbers are the binary's.
-int main(int argc, char** argv) {
-  moesim::tune_allocator();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}

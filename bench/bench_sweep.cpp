@@ -13,7 +13,6 @@
 #include <chrono>
 #include <thread>
 
-#include "core/allocator.hpp"
 #include "graph/step_graph.hpp"
 #include "search/memory_bound.hpp"
 #include "search/sweep.hpp"
@@ -119,13 +118,3 @@ BENCHMARK(BM_K3SweepLoadOnly)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_K3SweepGraphsOnly)->Unit(benchmark::kMillisecond)->Iterations(3);
 
 }  // namespace
-
-// The binary's allocator settings (core/allocator.hpp), so that the numbers are the binary's.
-int main(int argc, char** argv) {
-  moesim::tune_allocator();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}

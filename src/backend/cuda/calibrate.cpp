@@ -9,16 +9,15 @@
 #include <cstring>
 #include <ctime>
 #include <map>
-#include <memory>
 #include <numeric>
 #include <random>
-#include <set>
 #include <span>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "backend/cuda/buffer.hpp"
+#include "backend/cuda/calibrate_attention.hpp"
 #include "backend/cuda/calibrate_cce.hpp"
 #include "backend/cuda/calibrate_launch.hpp"
 #include "backend/cuda/check.hpp"
@@ -31,10 +30,7 @@
 #include "backend/cuda/op_kernels.hpp"
 #include "backend/cuda/timer.hpp"
 #include "backend/rank_bootstrap.hpp"
-#include "core/json_input.hpp"
-#include "cost/calibration.hpp"
 #include "graph/step_graph.hpp"
-#include "scenario/scenario_spec.hpp"
 
 namespace moesim::cuda {
 namespace {
@@ -76,13 +72,6 @@ class Pool {
  private:
   DeviceBuffer<bf16_bits> buf_;
 };
-
-json table(const std::string& measure, const std::string& value, const std::map<double, std::vector<double>>& by_x) {
-  // Several samples may share a measure (GEMMs of one min(m, n, k)): the table keeps their median.
-  json points = json::array();
-  for (const auto& [x, ys] : by_x) points.push_back({x, median_of(ys)});
-  return {{"measure", measure}, {"value", value}, {"points", points}};
-}
 
 std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0, double e = 0) {
   char buf[256];
@@ -212,7 +201,7 @@ json bench_gemm(Context& cx, Gemm& gemm, Pool& pool, Pool& out_pool) {
                static_cast<double>(sh.k), flops / heuristic.median_s / 1e12));
     cx.measured();
   }
-  json t = table("min_mnk", "flops_per_s", by_x);
+  json t = calibration_table("min_mnk", "flops_per_s", by_x);
   t["dtype"] = "bf16";
   t["samples"] = samples;
   return t;
@@ -248,7 +237,7 @@ json bench_grouped_gemm(Context& cx, Gemm& gemm) {
       cx.measured();
     }
   }
-  json tb = table("rows_per_group", "flops_per_s", by_x);
+  json tb = calibration_table("rows_per_group", "flops_per_s", by_x);
   tb["dtype"] = "bf16";
   tb["samples"] = samples;
   return tb;
@@ -320,7 +309,7 @@ json bench_memory(Context& cx, Pool& pool, Pool& out_pool) {
                                       c.bytes / t.median_s / 1e9, c.bytes / t.median_s / hbm_peak, hbm_peak / 1e12);
     cx.measured();
   }
-  json tb = table("bytes", "bytes_per_s", by_x);
+  json tb = calibration_table("bytes", "bytes_per_s", by_x);
   tb["samples"] = samples;
   return tb;
 }
@@ -422,7 +411,7 @@ json bench_host_copy(Context& cx) {
     cx.summary += fmt("               %10.3g   %9.1f  %9.1f\n", bytes, bytes / in.median_s / 1e9, bytes / out.median_s / 1e9);
     cx.measured();
   }
-  return {{"h2d", table("bytes", "bytes_per_s", h2d)}, {"d2h", table("bytes", "bytes_per_s", d2h)}};
+  return {{"h2d", calibration_table("bytes", "bytes_per_s", h2d)}, {"d2h", calibration_table("bytes", "bytes_per_s", d2h)}};
 }
 
 // Device memory in use on `device` (cudaMemGetInfo), after creating its context if needed.
@@ -502,7 +491,7 @@ struct CollectiveSeries {
                        {"seconds", r.time_s}, {"algbw", r.algbw_bytes_per_s}, {"busbw", r.busbw_bytes_per_s}});
   }
   json to_json() const {
-    json tb = table("bytes", "busbw_bytes_per_s", by_x);
+    json tb = calibration_table("bytes", "busbw_bytes_per_s", by_x);
     tb["samples"] = samples;
     return tb;
   }
@@ -675,128 +664,6 @@ void bench_collectives_across_processes(Context& cx, Distributed& job, const Pro
   MOESIM_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
-// Attention kernels through the executor's own launches (op_kernels.hpp, what `moesim run` and
-// `validate` issue), on the ops of a step graph, so that each measurement is divided by the very
-// `flops` the simulator charges for that op. The graph is the 1-GPU K3 slice scenario
-// (scenarios/calibration/k3-slice-1gpu.json: K3's per-rank attention heads at TP 1 - MLA 96 heads,
-// DSA indexer 64 x 128 top-2048 in BF16, KDA 96 x 128 chunk 64) as full fine-tuning (under LoRA
-// the DSA indexer is frozen and has no backward op to time) with one micro-batch of one sequence
-// of each grid length. The grid leaves out 8192, the calibration scenarios' own length, so
-// `validate` checks the tables on a held-out shape. Forward kernels are timed on the fwd op (the
-// recompute op is the same launch), backward kernels on the bwd op.
-constexpr const char* kAttentionScenario = "scenarios/calibration/k3-slice-1gpu.json";
-
-// One step graph whose attention ops are timed: the scenario at one grid length, fused or (for
-// its DSA indexer's own kinds) unfused, and the ops of rank 0's program to time in it.
-struct AttentionCase {
-  int64_t seq = 0;
-  std::unique_ptr<Scenario> scenario;  // owns the model the launches read (OpEnv::model)
-  StepGraph graph;
-  size_t program = 0;
-  std::vector<uint32_t> ops;
-};
-
-// The cases, built on the CPU before anything is timed. Each grid length on the scenario and,
-// where it fuses DSA, on its unfused form too, whose indexer score and key gather are kinds of
-// their own; a kind both forms run is timed once per length (in the fused form).
-std::vector<AttentionCase> attention_cases(const CalibrateOptions& opt) {
-  const std::vector<int64_t> seqs = opt.quick ? std::vector<int64_t>{2048, 16384} : std::vector<int64_t>{2048, 4096, 16384, 32768};
-  const std::string ref = opt.attention_scenario.empty() ? std::string(kAttentionScenario) : opt.attention_scenario;
-  const InputText base = read_input(ref, "scenarios", "--scenario");
-  const json base_json = json::parse(base.text);
-  const bool fused_dsa = base_json.contains("fused_ops") && base_json["fused_ops"].value("dsa", false);
-  std::vector<AttentionCase> cases;
-  for (int64_t seq : seqs) {
-    std::set<std::pair<OpKind, bool>> timed;  // (kind, backward) already timed at this length
-    for (const bool unfuse_dsa : {false, true}) {
-      if (unfuse_dsa && !fused_dsa) continue;
-      json sj = base_json;
-      sj["batch"]["sequence_length"] = seq;
-      sj["batch"]["global_batch_size"] = 1;
-      sj["batch"]["micro_batch_size"] = 1;
-      sj["training"].erase("lora");
-      sj["training"]["mode"] = "full_finetune";
-      if (unfuse_dsa) sj["fused_ops"]["dsa"] = false;
-      AttentionCase c;
-      c.seq = seq;
-      c.scenario = std::make_unique<Scenario>(load_scenario(InputText{base.name, sj.dump(), base.embedded}));
-      c.graph = build_step_graph(*c.scenario);
-      c.program = static_cast<size_t>(c.graph.plan.program_of(0));
-      const Program& p = c.graph.programs[c.program];
-      for (uint32_t i = 0; i < p.ops.size(); ++i) {
-        const Op& op = p.ops[i];
-        if (!is_calibrated_attention_kind(op.kind) || op.phase == Phase::recompute || op.phase == Phase::optimizer) continue;
-        if (timed.insert({op.kind, op.phase == Phase::bwd}).second) c.ops.push_back(i);
-      }
-      cases.push_back(std::move(c));
-    }
-  }
-  return cases;
-}
-
-json bench_attention(Context& cx, const std::vector<AttentionCase>& cases) {
-  // Each call is milliseconds to a second: fewer repeats than the small kernels.
-  const int warmup = cx.opt.quick ? 1 : 2;
-  const int repeats = cx.opt.quick ? 2 : 5;
-  std::map<std::pair<std::string, std::string>, std::map<double, std::vector<double>>> by_x;  // (kind, phase)
-  std::map<std::pair<std::string, std::string>, json> samples;
-  cx.summary += "\nAttention (executor launches)  kind               phase      seq   ms      TF/s\n";
-  for (const AttentionCase& c : cases) {
-    const StepGraph& g = c.graph;
-    const Scenario& sc = *c.scenario;
-    const Program& p = g.programs[c.program];
-    const int64_t seq = c.seq;
-    // Causal DSA keys as the executor's tables.
-    DeviceBuffer<int32_t> dsa_keys;
-    if (sc.model.dsa_indexer) {
-      const int64_t tokens = std::max<int64_t>(g.tokens_per_micro_batch, 1);
-      const int64_t s_len = std::max<int64_t>(1, std::min(g.seq_len, tokens));
-      const int64_t k = std::min(sc.model.dsa_indexer->top_k, s_len);
-      const std::vector<int32_t> keys = causal_dsa_keys(tokens, s_len, k, 0x5eed);
-      dsa_keys = DeviceBuffer<int32_t>(keys.size());
-      dsa_keys.upload(keys);
-    }
-    for (const uint32_t i : c.ops) {
-      const Op& op = p.ops[i];
-      const bool backward = op.phase == Phase::bwd;
-      OpEnv env;
-      env.graph = &g;
-      env.model = &sc.model;
-      env.stream = cx.stream;
-      env.tables.dsa_keys = dsa_keys.data();
-      const LaunchTiming lt = time_launch(env, p, i, 51, warmup, repeats);
-      const Timing& t = lt.timing;
-      const std::string kind(enum_name(op.kind));
-      const std::string phase = backward ? "backward" : "forward";
-      const auto rows = static_cast<double>(op.m);
-      // The rate the cost model divides into: the op's flops, or for the gather its bytes.
-      const bool bytes_rate = attention_table_counts_bytes(op.kind);
-      const double work = bytes_rate ? op.bytes_read + op.bytes_written : op.flops;
-      by_x[{kind, phase}][rows].push_back(work / t.median_s);
-      samples[{kind, phase}].push_back({{"op", p.name_of(op)}, {"seq", seq}, {"query_rows", op.m},
-                         {bytes_rate ? "bytes" : "flops", work}, {"seconds", t.median_s}, {"min_seconds", t.min_s},
-                         {"max_seconds", t.max_s}, {bytes_rate ? "bytes_per_s" : "flops_per_s", work / t.median_s},
-                         {"operand_bytes", static_cast<double>(lt.operand_bytes)}});
-      cx.summary += "                               " + kind + std::string(kind.size() < 19 ? 19 - kind.size() : 1, ' ') +
-                    phase + std::string(11 - phase.size(), ' ') +
-                    fmt("%5.0f  %7.2f  %6.1f", static_cast<double>(seq), t.median_s * 1e3, work / t.median_s / 1e12) +
-                    (bytes_rate ? " TB/s\n" : "\n");
-      cx.log(fmt("attention seq %.0f: ", static_cast<double>(seq)) + kind + " " + phase +
-             fmt(" %.2f ms, %.1f ", t.median_s * 1e3, work / t.median_s / 1e12) + (bytes_rate ? "TB/s" : "TFLOP/s"));
-      cx.measured();
-    }
-    MOESIM_CUDA_CHECK(cudaStreamSynchronize(cx.stream));
-  }
-  json out = json::object();
-  for (const auto& [key, xs] : by_x) {
-    json tb = table("query_rows", attention_table_counts_bytes(*enum_from_name<OpKind>(key.first)) ? "bytes_per_s" : "flops_per_s", xs);
-    tb["dtype"] = "bf16";
-    tb["samples"] = samples[key];
-    out[key.first][key.second] = tb;
-  }
-  return out;
-}
-
 // The NVIDIA kernel driver's version line (Linux), or empty.
 std::string kernel_driver() {
   std::FILE* f = std::fopen("/proc/driver/nvidia/version", "r");
@@ -860,7 +727,7 @@ CalibrationRun run_calibration(const CalibrateOptions& options, Distributed& job
     if (wants("memory")) cx.planned += static_cast<int64_t>(memory_copy_sizes(quick).size()) + kMemoryKernelCases + kOtherKernelCases;
     if (wants("copies")) cx.planned += static_cast<int64_t>(host_copy_sizes(quick).size());
     if (wants("attention")) {
-      attention_plan = attention_cases(opt);
+      attention_plan = attention_cases(opt.attention_scenario.empty() ? kAttentionScenario : opt.attention_scenario, quick);
       for (const AttentionCase& c : attention_plan) cx.planned += static_cast<int64_t>(c.ops.size());
     }
     if (wants("loss")) {
@@ -894,7 +761,9 @@ CalibrationRun run_calibration(const CalibrateOptions& options, Distributed& job
       }
       if (wants("copies")) host = bench_host_copy(cx);
     }
-    if (wants("attention")) attention = bench_attention(cx, attention_plan);
+    if (wants("attention")) {
+      attention = bench_attention({cx.stream, cx.opt.quick, cx.opt.log, [&] { cx.measured(); }}, attention_plan, cx.summary);
+    }
     if (wants("loss")) kernels["cce"] = bench_cce({cx.stream, cx.opt.quick, cx.opt.log, [&] { cx.measured(); }}, cce_plan, cx.summary);
     MOESIM_CUDA_CHECK(cudaStreamSynchronize(cx.stream));
     MOESIM_CUDA_CHECK(cudaStreamDestroy(cx.stream));

@@ -86,7 +86,7 @@ std::vector<CceCase> cce_cases(const std::vector<CceShape>& shapes) {
   return cases;
 }
 
-json bench_cce(const CceBenchOptions& o, const std::vector<CceCase>& cases, std::string& summary) {
+json bench_cce(const OpBenchOptions& o, const std::vector<CceCase>& cases, std::string& summary) {
   // Each launch is milliseconds to a tenth of a second: the attention tables' repeats.
   const int warmup = o.quick ? 1 : 2;
   const int repeats = o.quick ? 2 : 5;
@@ -139,10 +139,10 @@ json bench_cce(const CceBenchOptions& o, const std::vector<CceCase>& cases, std:
   json out = json::object();
   for (const auto& [pass, xs] : by_x) {
     // Several ops at one hidden size (forward: the fwd and recompute ops) give the median of their rates.
-    json points = json::array();
-    for (const auto& [x, ys] : xs) points.push_back({x, median_of(ys)});
-    out[std::string(enum_name(pass))] = {{"measure", "hidden_size"}, {"value", "flops_per_s"}, {"dtype", "bf16"},
-                                         {"points", points}, {"samples", samples[pass]}};
+    json tb = calibration_table("hidden_size", "flops_per_s", xs);
+    tb["dtype"] = "bf16";
+    tb["samples"] = samples[pass];
+    out[std::string(enum_name(pass))] = tb;
   }
   return out;
 }

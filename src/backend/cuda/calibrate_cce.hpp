@@ -23,14 +23,13 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <cuda_runtime.h>
 #include <nlohmann/json_fwd.hpp>
 
+#include "backend/cuda/calibrate_launch.hpp"
 #include "graph/step_graph.hpp"
 
 namespace moesim::cuda {
@@ -51,27 +50,18 @@ struct CceShape {
 // The grid at 8,192 rows both ways, then (not --quick) the row probes with the head trained.
 std::vector<CceShape> cce_shapes(bool quick);
 
-struct CceCase {
+// One shape's step graph; `ops` are its cce_loss ops of one micro-batch: fwd, recompute and bwd,
+// or with the head frozen, bwd.
+struct CceCase : GraphOps {
   CceShape shape;
-  std::unique_ptr<Scenario> scenario;  // owns the model the launches read (OpEnv::model)
-  StepGraph graph;
-  size_t program = 0;         // rank 0's program
-  std::vector<uint32_t> ops;  // its cce_loss ops to time (one micro-batch): fwd, recompute, bwd; frozen: bwd
 };
 
 // Builds the cases on the CPU (no GPU needed; tested with dry launches).
 std::vector<CceCase> cce_cases(const std::vector<CceShape>& shapes);
 
-struct CceBenchOptions {
-  cudaStream_t stream = nullptr;
-  bool quick = false;
-  std::function<void(const std::string&)> log;  // may be empty
-  std::function<void()> measured;               // after each op timed; may be empty
-};
-
 // Times every case's ops (cce_cases(cce_shapes(quick)): the caller plans them, and counts them for
 // its progress) and returns the kernels/cce object {"forward": table, "backward": table,
 // "backward_frozen": table}; appends a table for the terminal to `summary`.
-nlohmann::json bench_cce(const CceBenchOptions& options, const std::vector<CceCase>& cases, std::string& summary);
+nlohmann::json bench_cce(const OpBenchOptions& options, const std::vector<CceCase>& cases, std::string& summary);
 
 }  // namespace moesim::cuda

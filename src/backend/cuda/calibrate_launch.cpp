@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "backend/cuda/calibrate_launch.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include "backend/cuda/buffer.hpp"
 #include "backend/cuda/kernels.hpp"
 
@@ -28,6 +30,14 @@ LaunchTiming time_launch(const OpEnv& live, const Program& p, uint32_t op, uint6
   t.timing = time_on_stream(live.stream, warmup, repeats, [&](int) { launch_op(env, p, op); });
   t.operand_bytes = dry_in.high_water() + dry_out.high_water();
   return t;
+}
+
+nlohmann::json calibration_table(const std::string& measure, const std::string& value,
+                                 const std::map<double, std::vector<double>>& by_x) {
+  // Several samples may share a measure (GEMMs of one min(m, n, k)): the table keeps their median.
+  nlohmann::json points = nlohmann::json::array();
+  for (const auto& [x, ys] : by_x) points.push_back({x, median_of(ys)});
+  return {{"measure", measure}, {"value", value}, {"points", points}};
 }
 
 }  // namespace moesim::cuda

@@ -8,6 +8,16 @@
 
 namespace moesim {
 
+void Program::reserve_scaled(double factor) {
+  const auto scaled = [factor](size_t n) { return static_cast<size_t>(static_cast<double>(n) * factor); };
+  ops.reserve(scaled(ops.size()));
+  tensors.reserve(scaled(tensors.size()));
+  effects.reserve(scaled(effects.size()));
+  deps.reserve(scaled(deps.size()));
+  buffers.reserve(scaled(buffers.size()));
+  names.reserve(scaled(names.size()));
+}
+
 uint32_t ProgramWriter::intern(std::string_view name) {
   if (2 * (num_names_ + 1) > name_slots_.size()) grow_names();
   const auto hash = static_cast<uint32_t>(std::hash<std::string_view>{}(name));

@@ -55,6 +55,11 @@ struct Program {
   std::span<const MemEffect> effects_of(const Op& op) const { return {effects.data() + op.first_effect, op.num_effects}; }
   std::span<const uint32_t> deps_of(const Op& op) const { return {deps.data() + op.first_dep, op.num_deps}; }
   const std::string& name_of(const Op& op) const { return names[op.name]; }
+
+  // Reserves room in every array for `factor` times what it holds now: a builder that has written
+  // a part of the program it can scale up, so that the arrays are not copied and their pages
+  // touched again each time they double (docs/performance.md, ninth pass).
+  void reserve_scaled(double factor);
 };
 
 // Appends ops to a Program. Effects and dependencies may be added to the last op only, which

@@ -253,6 +253,9 @@ class StepBuilder {
           break;
         case Pass::weight: weight_gradients(w); break;
       }
+      // One action written: room for all of them, at twice its size (a backward writes about
+      // twice a forward's ops), before the arrays grow by doubling.
+      if (&a == &actions.front()) program.reserve_scaled(2.0 * static_cast<double>(actions.size()));
     }
     reduce_deferred(w);
     optimizer(w);

@@ -73,12 +73,6 @@ class Pool {
   DeviceBuffer<bf16_bits> buf_;
 };
 
-std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0, double e = 0) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, f, a, b, c, d, e);
-  return buf;
-}
-
 // The current device's peak memory bandwidth as it reports it: 2 transfers per memory clock
 // (DDR) x the bus width. Not a datasheet figure: it follows the GPU the calibration runs on.
 double device_hbm_peak() {

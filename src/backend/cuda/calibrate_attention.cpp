@@ -2,7 +2,6 @@
 #include "backend/cuda/calibrate_attention.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <map>
 #include <set>
 #include <utility>
@@ -18,17 +17,8 @@
 #include "cost/calibration.hpp"
 
 namespace moesim::cuda {
-namespace {
 
 using nlohmann::json;
-
-std::string fmt(const char* f, double a, double b = 0, double c = 0) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, f, a, b, c);
-  return buf;
-}
-
-}  // namespace
 
 std::vector<int64_t> attention_seq_grid(bool quick) {
   return quick ? std::vector<int64_t>{2048, 16384} : std::vector<int64_t>{2048, 4096, 16384, 32768};

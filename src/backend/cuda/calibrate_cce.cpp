@@ -2,7 +2,6 @@
 #include "backend/cuda/calibrate_cce.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <map>
 #include <random>
 
@@ -19,17 +18,8 @@
 #include "cost/calibration.hpp"
 
 namespace moesim::cuda {
-namespace {
 
 using nlohmann::json;
-
-std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, f, a, b, c, d);
-  return buf;
-}
-
-}  // namespace
 
 std::vector<int64_t> cce_hidden_sizes(bool quick) {
   // Geometric-ish, bracketing the validation models' 2048, 4096 and 7168 without containing them.

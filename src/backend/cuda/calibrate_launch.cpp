@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "backend/cuda/calibrate_launch.hpp"
 
+#include <cstdio>
+
 #include <nlohmann/json.hpp>
 
 #include "backend/cuda/buffer.hpp"
@@ -30,6 +32,12 @@ LaunchTiming time_launch(const OpEnv& live, const Program& p, uint32_t op, uint6
   t.timing = time_on_stream(live.stream, warmup, repeats, [&](int) { launch_op(env, p, op); });
   t.operand_bytes = dry_in.high_water() + dry_out.high_water();
   return t;
+}
+
+std::string fmt(const char* format, double a, double b, double c, double d, double e) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, format, a, b, c, d, e);
+  return buf;
 }
 
 nlohmann::json calibration_table(const std::string& measure, const std::string& value,

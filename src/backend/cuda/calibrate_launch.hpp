@@ -47,6 +47,9 @@ struct OpBenchOptions {
   std::function<void()> measured;               // after each op timed; may be empty
 };
 
+// printf of up to five numbers into a string: the calibrate benchmarks' log and summary lines.
+std::string fmt(const char* format, double a, double b = 0, double c = 0, double d = 0, double e = 0);
+
 // A table of the calibration file (docs/calibration/format.md): {"measure", "value", "points"},
 // one point per measure x, the median of the values measured there.
 nlohmann::json calibration_table(const std::string& measure, const std::string& value,

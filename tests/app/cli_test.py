@@ -463,26 +463,32 @@ with open("docs/inputs.md") as f:
 # Progress lines: on stderr when it is a terminal (a pty here), never on stdout, and not when the
 # output is --json going to a pipe; the results are the same with or without them.
 def run_on_tty(*args):
+    """Runs moesim with stderr on a pseudo-terminal, read while it runs (a pty holds a few KB: a
+    long progress line would block the program if it were read only at the end)."""
     import pty
+    import threading
     master, slave = pty.openpty()
-    try:
-        p = subprocess.run([MOESIM, *args], stdout=subprocess.PIPE, stderr=slave, text=True, timeout=120)
-        os.close(slave)
-        slave = -1
-        err = b""
+    chunks = []
+
+    def drain():
         while True:
             try:
                 chunk = os.read(master, 65536)
             except OSError:  # the pty's other end is closed and drained
-                break
+                return
             if not chunk:
-                break
-            err += chunk
-        return p, err.decode(errors="replace")
+                return
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    try:
+        p = subprocess.run([MOESIM, *args], stdout=subprocess.PIPE, stderr=slave, text=True, timeout=300)
     finally:
-        if slave >= 0:
-            os.close(slave)
+        os.close(slave)
+        reader.join()
         os.close(master)
+    return p, b"".join(chunks).decode(errors="replace")
 
 
 try:

@@ -184,7 +184,7 @@ KernelPointsFile load_kernel_points(const InputText& input) {
     } catch (const std::invalid_argument&) {
       r.fail(path + "/curve",
              "must be gemm, gemm_fp8, grouped_gemm, attention, attention_backward, linear_attention or "
-             "attention_kernels.<flash2|flash3|cudnn>.<forward|backward>");
+             "attention_kernels.<flash1|flash2|flash3|cudnn>.<forward|backward>");
     }
     const auto dtype = enum_from_name<Dtype>(r.text(f, path, "dtype"));
     if (!dtype) r.fail(path + "/dtype", "unknown format");

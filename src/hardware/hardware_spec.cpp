@@ -158,6 +158,9 @@ void declare_fields(F& f, AttentionKernelCurves& s) {
 
 template <class F>
 void declare_fields(F& f, AttentionKernelsSpec& s) {
+  f.maybe("flash1", s.flash1,
+          "FlashAttention (version 1, flash-attn 1.x) and its Triton implementation: the kernels of stacks "
+          "before FlashAttention-2 (mid-2023).");
   f.maybe("flash2", s.flash2, "FlashAttention-2 (also PyTorch SDPA's flash backend).");
   f.maybe("flash3", s.flash3, "FlashAttention-3.");
   f.maybe("cudnn", s.cudnn, "cuDNN's fused attention (PyTorch SDPA's cudnn backend, Transformer Engine's fused attention).");
@@ -334,6 +337,7 @@ const AttentionKernelCurves* AttentionKernelsSpec::of(AttentionKernel kernel) co
   const std::optional<AttentionKernelCurves>* curves = nullptr;
   switch (kernel) {
     case AttentionKernel::platform_default: return nullptr;
+    case AttentionKernel::flash1: curves = &flash1; break;
     case AttentionKernel::flash2: curves = &flash2; break;
     case AttentionKernel::flash3: curves = &flash3; break;
     case AttentionKernel::cudnn: curves = &cudnn; break;

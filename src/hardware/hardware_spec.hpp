@@ -140,9 +140,9 @@ struct EfficiencyCurve {
 // Attention kernel implementations whose curves a hardware file can carry beside its default
 // (`attention`, the best kernel the platform's current stacks run), because the same GPU runs them
 // at very different fractions of its peak (H100, causal head dim 128 forward at 16k: FlashAttention-2
-// 335 TFLOP/s, cuDNN 539, FlashAttention-3 616). A scenario names the one its stack ran
-// (fused_ops.attention_kernel).
-enum class AttentionKernel { platform_default, flash2, flash3, cudnn };
+// 335 TFLOP/s, cuDNN 539, FlashAttention-3 616; A100: FlashAttention 25-40% of the peak, FlashAttention-2
+// 50-73%). A scenario names the one its stack ran (fused_ops.attention_kernel).
+enum class AttentionKernel { platform_default, flash1, flash2, flash3, cudnn };
 
 struct AttentionKernelCurves {
   EfficiencyCurve forward;
@@ -150,7 +150,7 @@ struct AttentionKernelCurves {
 };
 
 struct AttentionKernelsSpec {
-  std::optional<AttentionKernelCurves> flash2, flash3, cudnn;
+  std::optional<AttentionKernelCurves> flash1, flash2, flash3, cudnn;
 
   // The curves of `kernel`; nullptr for platform_default or a kernel the file does not carry.
   const AttentionKernelCurves* of(AttentionKernel kernel) const;
@@ -230,8 +230,9 @@ std::vector<FieldRow> describe_hardware_fields();
 
 template <>
 struct EnumNames<AttentionKernel> {
-  static constexpr std::array<std::pair<std::string_view, AttentionKernel>, 4> names{{
+  static constexpr std::array<std::pair<std::string_view, AttentionKernel>, 5> names{{
       {"default", AttentionKernel::platform_default},
+      {"flash1", AttentionKernel::flash1},
       {"flash2", AttentionKernel::flash2},
       {"flash3", AttentionKernel::flash3},
       {"cudnn", AttentionKernel::cudnn},

@@ -290,8 +290,8 @@ void declare_fields(F& f, FusedOpsSpec& s) {
              "attention dropout, with the probabilities kept for backward.");
   f.optional("attention_kernel", s.attention_kernel, AttentionKernel::platform_default,
              "The flash-attention implementation the stack runs: default (the hardware file's attention curves: "
-             "the best kernel of the platform's current stacks), flash2 (FlashAttention-2, PyTorch SDPA's flash "
-             "backend), flash3 or cudnn; a named kernel takes its curves from the hardware file's "
+             "the best kernel of the platform's current stacks), flash1 (FlashAttention 1 or its Triton form), "
+             "flash2 (FlashAttention-2, PyTorch SDPA's flash backend), flash3 or cudnn; a named kernel takes its curves from the hardware file's "
              "efficiency.attention_kernels, which must carry it.");
   f.optional("dsa", s.dsa, false, "Fused DSA kernels (LI, SFA, SFAG) instead of small ops; mla_dsa models only.");
   f.optional("kda", s.kda, false, "Fused KDA forward and backward kernels; kda models only.");

@@ -320,6 +320,33 @@ TEST_CASE("limited routing: a token reaches only its units' domains (DeepSeek-V3
         CostModel::hierarchical_out_fraction(256, 8, GroupPlacement{64, 16, 4}));
 }
 
+TEST_CASE("FlashAttention 1 on A100 runs at the FlashAttention-2 paper's 25-40% of the peak") {
+  // MPT-7B on 8 x A100 at 8192 tokens (llm-foundry's Triton FlashAttention), and the same run with
+  // the hardware file's default attention (FlashAttention-2-level).
+  const std::string path = "tests/validation/scenarios/mosaic-mpt-7b-8xa100-s8192.json";
+  const nlohmann::json base = nlohmann::json::parse(read_input(path, "scenarios", "SCENARIO").text);
+  REQUIRE(base["fused_ops"]["attention_kernel"] == "flash1");
+  nlohmann::json dflt_json = base;
+  dflt_json["fused_ops"]["attention_kernel"] = "default";
+  const Scenario fa1 = load_scenario(InputText{path, base.dump(), false});
+  const Scenario dflt = load_scenario(InputText{path, dflt_json.dump(), false});
+  const AttentionKernelCurves& curves = *fa1.hardware.efficiency.attention_kernels->flash1;
+  // arXiv 2307.08691's abstract: FlashAttention reaches 25-40% of the A100's peak; the forward takes
+  // the top of the range, the backward its bottom.
+  CHECK(curves.forward.max == 0.40);
+  CHECK(curves.backward->max == 0.25);
+  const Op fwd = attention_op(8192, 1e13);
+  const Op bwd = attention_op(8192, 1e13, Phase::bwd);
+  const double peak = fa1.hardware.device.peak_flops.bf16.value;
+  const double launch = fa1.hardware.device.kernel_launch_overhead.value;
+  const CostModel cost1(fa1.hardware), cost_default(dflt.hardware);
+  CHECK(cost1.kernel_seconds(fwd) == doctest::Approx(1e13 / (peak * curves.forward.at(8192)) + launch));
+  CHECK(cost1.kernel_seconds(bwd) == doctest::Approx(1e13 / (peak * curves.backward->at(8192)) + launch));
+  // Slower than the default by the ratio of the curves' tops (same half_at): 0.64 / 0.40 forward.
+  const double ratio = (cost1.kernel_seconds(fwd) - launch) / (cost_default.kernel_seconds(fwd) - launch);
+  CHECK(ratio == doctest::Approx(dflt.hardware.efficiency.attention.max / 0.40).epsilon(1e-9));
+}
+
 TEST_CASE("a scenario's attention kernel puts that kernel's curves in place of the hardware's default") {
   // The torchtitan Llama 3.1 8B case on the 500 W H100, with its attention kernel set three ways.
   const std::string path = "tests/validation/scenarios/torchtitan-llama31-8b-8xh100-fsdp.json";

@@ -109,6 +109,12 @@ TEST_CASE("the Omni-Path A100 cluster is a100-80g-hgx but for its network: 4 x 1
   CHECK(same(opa.efficiency.gemm, hgx.efficiency.gemm));
   CHECK(same(opa.efficiency.grouped_gemm, hgx.efficiency.grouped_gemm));
   CHECK(same(opa.efficiency.attention, hgx.efficiency.attention));
+  REQUIRE((opa.efficiency.attention_kernels && opa.efficiency.attention_kernels->flash1));
+  REQUIRE((hgx.efficiency.attention_kernels && hgx.efficiency.attention_kernels->flash1));
+  const auto& fa1 = *hgx.efficiency.attention_kernels->flash1;
+  const auto& opa_fa1 = *opa.efficiency.attention_kernels->flash1;
+  CHECK(same(opa_fa1.forward, fa1.forward));
+  CHECK(same(*opa_fa1.backward, *fa1.backward));
   CHECK(opa.efficiency.memory == hgx.efficiency.memory);
   CHECK(opa.efficiency.collective == hgx.efficiency.collective);
   CHECK(opa.efficiency.collective_scale_out == hgx.efficiency.collective_scale_out);

@@ -14,6 +14,7 @@
 #include "core/output_file.hpp"
 #include "core/units.hpp"
 #include "graph/graph_json.hpp"
+#include "scenario/device_spread.hpp"
 #include "scenario/scenario_spec.hpp"
 
 namespace moesim {
@@ -217,6 +218,7 @@ std::string run_fusion_command(const FusionCliOptions& opt) {
   fo.greedy = !opt.rank_order;
   fo.engine.distinct_ranks = opt.distinct_ranks;
   fo.engine.rank_speed = rank_speeds(s.spec);
+  fo.engine.rank_compute_slowdown = rank_compute_slowdowns(s);
   const FusionAnalysis a = analyse_fusions(graph, cost, fo);
   const std::vector<KnownFusion> known =
       known_fusions(input, s, graph, a.baseline_step_s, a.baseline_peak_hbm_bytes, fo.engine);

@@ -37,6 +37,7 @@
 #include "graph/graph_json.hpp"
 #include "report/step_report.hpp"
 #include "report/trace.hpp"
+#include "scenario/device_spread.hpp"
 #ifdef MOESIM_GPU_MODULE
 #include <functional>
 #include <memory>
@@ -389,6 +390,7 @@ int main(int argc, char** argv) {
       EngineOptions eo;
       eo.distinct_ranks = opt.distinct_ranks;
       eo.rank_speed = rank_speeds(s.spec);
+      eo.rank_compute_slowdown = rank_compute_slowdowns(s);
       SampledStepsOptions so;
       so.steps = opt.steps > 0 ? opt.steps : s.spec.routing.num_sampled_steps;
       so.threads = opt.threads > 0 ? opt.threads : std::max<int64_t>(1, std::thread::hardware_concurrency());

@@ -70,6 +70,9 @@ struct Engine::Impl {
   // first use and kept for every slot and sampled step (NaN: not yet). Only MoE ops scaled by a
   // routing draw ask the cost model again.
   std::vector<std::vector<double>> nominal_kernel_s;
+  // The cost model of a part whose compute-bound kernels run `factor` slower
+  // (EngineOptions::rank_compute_slowdown), one per factor asked for, made on first use.
+  std::vector<std::pair<double, CostModel>> slowed_costs;
   // Per program, per op: when the host issues it (host_issue_times; make_ready).
   std::vector<std::vector<Picoseconds>> issue_at;
 
@@ -84,6 +87,7 @@ struct Engine::Impl {
   bool slots_built = false;
   bool slots_distinct = false;
   std::vector<double> slots_speed;
+  std::vector<double> slots_compute_slowdown;
   StepResult result;
   std::vector<Picoseconds> slot_end;
   std::vector<RankMemoryLedger> memory;
@@ -218,8 +222,11 @@ struct Engine::Impl {
   double compute_seconds(int32_t slot, const Program& p, uint32_t op_index) {
     const Op& op = p.ops[op_index];
     const double scale = loads.rows_scale(slot, op);
+    const double slowdown = compute_slowdown_of(slot);
     double seconds;
-    if (scale == 1.0) {
+    if (slowdown != 1.0) {
+      seconds = slowed_cost(slowdown).kernel_seconds(op, scale);
+    } else if (scale == 1.0) {
       double& nominal = nominal_kernel_s[static_cast<size_t>(p.stage)][op_index];
       if (std::isnan(nominal)) nominal = cost.kernel_seconds(op, 1.0);
       seconds = nominal;
@@ -231,6 +238,21 @@ struct Engine::Impl {
       seconds *= 1 + cost.overlap_slowdown();
     }
     return seconds;
+  }
+
+  double compute_slowdown_of(int32_t slot) const {
+    return opt.rank_compute_slowdown.empty() ? 1.0 : opt.rank_compute_slowdown[static_cast<size_t>(slots.rank_of(slot))];
+  }
+
+  // The cost model in the power state of this one at compute-bound rates `factor` slower.
+  const CostModel& slowed_cost(double factor) {
+    for (const auto& [f, c] : slowed_costs) {
+      if (f == factor) return c;
+    }
+    PowerState slowed = cost.power_state();
+    slowed.clock /= factor;
+    for (PowerClass c : {PowerClass::gemm, PowerClass::attention}) slowed.rate[static_cast<size_t>(c)] /= factor;
+    return slowed_costs.emplace_back(factor, cost.with_power_state(slowed)).second;
   }
 
   void start_p2p(int32_t slot, uint32_t op_index, const Op& op, Picoseconds t) {
@@ -368,13 +390,15 @@ struct Engine::Impl {
     opt = options;
     loads.reset(opt.routing ? opt.routing : (g.routing ? &*g.routing : nullptr), opt.step);
     // The classes and the switch tiers depend only on the graph and on these options.
-    const bool same_slots = slots_built && slots_distinct == opt.distinct_ranks && slots_speed == opt.rank_speed;
+    const bool same_slots = slots_built && slots_distinct == opt.distinct_ranks && slots_speed == opt.rank_speed &&
+                            slots_compute_slowdown == opt.rank_compute_slowdown;
     if (!same_slots) {
-      slots.assign(rank_program, opt.distinct_ranks, opt.rank_speed);
+      slots.assign(rank_program, opt.distinct_ranks, opt.rank_speed, opt.rank_compute_slowdown);
       network.build(slots);
       slots_built = true;
       slots_distinct = opt.distinct_ranks;
       slots_speed = opt.rank_speed;
+      slots_compute_slowdown = opt.rank_compute_slowdown;
     }
     network.clear();
     result = StepResult{};
@@ -435,6 +459,13 @@ struct Engine::Impl {
       if (end > best || (end == best && slots.rank_of(s) < slots.rank_of(slowest))) slowest = s;
     }
     result.slowest_rank = slots.rank_of(slowest);
+    result.slowest_rank_compute_slowdown = compute_slowdown_of(slowest);
+    for (size_t r = 0; r < opt.rank_compute_slowdown.size(); ++r) {
+      if (opt.rank_compute_slowdown[r] > result.slow_part_slowdown) {
+        result.slow_part_slowdown = opt.rank_compute_slowdown[r];
+        result.slow_part_rank = static_cast<int32_t>(r);
+      }
+    }
     result.step_time = slot_end[static_cast<size_t>(slowest)];
     result.ep_load_imbalance = loads.load_imbalance();
     result.timeline.step_end = result.step_time;

@@ -68,6 +68,9 @@ struct EngineOptions {
   bool record_timeline = false;       // keep every op execution (for traces)
   int64_t record_memory_ranks = 1;    // memory samples for the first N ranks (when recording)
   std::vector<double> rank_speed;     // per-rank slowdown factors (1 = nominal); empty: all 1
+  // Per-rank factors on compute-bound kernels' time alone, the SM clock's share (a slow part:
+  // scenario/device_spread.hpp); memory-bound time keeps HBM's pace. Empty: all 1.
+  std::vector<double> rank_compute_slowdown;
   // The sampler expert loads are drawn from, when not the graph's own: a sweep over routing
   // reuses one graph (and one engine) without changing it. Must outlive the run.
   const RoutingSampler* routing = nullptr;
@@ -97,6 +100,10 @@ struct StepResult {
   int64_t max_min_checks = 0;         // with EngineOptions::check_max_min
   int64_t max_min_violations = 0;
   int32_t slowest_rank = 0;
+  double slowest_rank_compute_slowdown = 1;  // its EngineOptions::rank_compute_slowdown
+  // The rank of the largest EngineOptions::rank_compute_slowdown and that factor (-1 and 1: none).
+  int32_t slow_part_rank = -1;
+  double slow_part_slowdown = 1;
   // Load balance of the expert layers: the busiest EP member's expert rows over the balanced
   // T x top_k, averaged over the (layer, micro-batch, EP group) the step sampled; 0 without
   // sampled routing.

@@ -7,7 +7,12 @@ namespace moesim {
 
 StepActivity step_activity(const StepResult& r) {
   StepActivity a;
-  for (const auto& [kind, ps] : r.compute_busy) a.busy[static_cast<size_t>(power_class(kind))] += static_cast<double>(ps) * 1e-12;
+  for (const auto& [kind, ps] : r.compute_busy) {
+    // At the state's rates: a slow part's compute-bound kernels ran slowdown x longer than there.
+    const PowerClass c = power_class(kind);
+    const double slowdown = c == PowerClass::memory ? 1.0 : r.slowest_rank_compute_slowdown;
+    a.busy[static_cast<size_t>(c)] += static_cast<double>(ps) * 1e-12 / slowdown;
+  }
   for (const auto& [cause, ps] : r.exposed) {
     const double s = static_cast<double>(ps) * 1e-12;
     if (cause == "pipeline_bubble") continue;

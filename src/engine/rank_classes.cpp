@@ -42,15 +42,17 @@ Multiset classes_in_group(const ParallelPlan& plan, int64_t first, GroupKind kin
 }  // namespace
 
 RankClasses interchangeable_ranks(const ParallelPlan& plan, std::span<const int32_t> rank_program,
-                                  std::span<const double> rank_speed) {
+                                  std::span<const double> rank_speed,
+                                  std::span<const double> rank_compute_slowdown) {
   const int64_t n = plan.num_ranks();
   std::vector<int32_t> color(static_cast<size_t>(n));
   {
-    Numbering<std::tuple<int32_t, uint64_t, int64_t>> initial;
+    Numbering<std::tuple<int32_t, uint64_t, uint64_t, int64_t>> initial;
     for (int64_t r = 0; r < n; ++r) {
       const double speed = rank_speed.empty() ? 1.0 : rank_speed[static_cast<size_t>(r)];
+      const double compute = rank_compute_slowdown.empty() ? 1.0 : rank_compute_slowdown[static_cast<size_t>(r)];
       color[static_cast<size_t>(r)] = initial({rank_program[static_cast<size_t>(r)], std::bit_cast<uint64_t>(speed),
-                                               plan.group_rank(r, GroupKind::cp)});
+                                               std::bit_cast<uint64_t>(compute), plan.group_rank(r, GroupKind::cp)});
     }
   }
   int32_t num_classes = 0;

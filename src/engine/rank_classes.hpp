@@ -38,8 +38,10 @@ struct RankClasses {
   int32_t representative(int32_t cls) const { return members[static_cast<size_t>(cls)].front(); }
 };
 
-// rank_program: the program each rank runs; rank_speed: per-rank slowdown (empty: all nominal).
+// rank_program: the program each rank runs; rank_speed: per-rank slowdown of every kernel,
+// rank_compute_slowdown: of compute-bound kernels (EngineOptions; empty: all nominal).
 RankClasses interchangeable_ranks(const ParallelPlan& plan, std::span<const int32_t> rank_program,
-                                  std::span<const double> rank_speed);
+                                  std::span<const double> rank_speed,
+                                  std::span<const double> rank_compute_slowdown = {});
 
 }  // namespace moesim

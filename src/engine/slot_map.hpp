@@ -20,8 +20,9 @@ class SlotMap {
   explicit SlotMap(const ParallelPlan& plan) : plan_(plan) {}
 
   // Every rank, or (distinct) one slot per class of interchangeable ranks given each rank's
-  // program and speed (empty: all nominal).
-  void assign(std::span<const int32_t> rank_program, bool distinct, std::span<const double> rank_speed);
+  // program and speeds (empty: all nominal; interchangeable_ranks).
+  void assign(std::span<const int32_t> rank_program, bool distinct, std::span<const double> rank_speed,
+              std::span<const double> rank_compute_slowdown = {});
 
   int64_t num_slots() const { return static_cast<int64_t>(slot_rank_.size()); }
   bool distinct() const { return distinct_; }

@@ -105,6 +105,12 @@ void declare_fields(F& f, DeviceSpec& s) {
   f.maybe("power", s.power,
           "The power limit the part runs at, when below the one its efficiencies were measured at: compute-bound "
           "kernels slow with the SM clock; absent: the measured limit.");
+  f.optional("speed_spread", s.speed_spread, 0.0,
+             "Relative standard deviation of compute-bound kernels' sustained speed across parts of this model "
+             "(chip-to-chip differences in the clock held at the power limit): a job's expected slowest device runs "
+             "its compute-bound kernels 1 + speed_spread x E[max of num_devices standard normals] times as long "
+             "(docs/modelling.md, \"Device speed spread\"); 0: all parts alike.",
+             between(0.0, 0.5));
 }
 
 template <class F>

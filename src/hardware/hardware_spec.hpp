@@ -95,6 +95,10 @@ struct DeviceSpec {
   int64_t num_copy_engines = 2;
   Seconds kernel_launch_overhead;
   std::optional<PowerSpec> power;  // absent: the part runs at the limit its efficiencies were measured at
+  // Relative standard deviation of the sustained speed of compute-bound kernels from one part of
+  // this model to the next (chip-to-chip differences in the clock held at the power limit); a job
+  // waits for its slowest device (scenario/device_spread.hpp). 0: all parts alike.
+  double speed_spread = 0;
 };
 
 // One tier of switches: `span` devices share a switch (group) of this tier.

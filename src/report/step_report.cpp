@@ -135,6 +135,9 @@ StepReport make_step_report(const Scenario& s, const StepGraph& g, const GraphSt
     r.ep_load_imbalance_p50 = percentile(r.ep_load_imbalance, 50);
     r.ep_load_imbalance_p99 = percentile(r.ep_load_imbalance, 99);
   }
+  r.slow_part_rank = steps.front().slow_part_rank;
+  r.slow_part_slowdown = steps.front().slow_part_slowdown;
+  r.speed_spread = s.hardware.device.speed_spread;
   r.model_flops_per_step = stats.model_flops_per_step;
   r.flops_per_step = stats.flops_per_step;
   const auto peak = s.hardware.device.peak_flops.of(s.spec.training.precision.compute);
@@ -236,6 +239,13 @@ std::string step_report_text(const StepReport& r) {
                   r.ep_load_imbalance_p50, r.ep_load_imbalance_p99);
     out << line;
   }
+  if (r.slow_part_rank >= 0) {
+    std::snprintf(line, sizeof line,
+                  "  slowest part      rank %d, compute-bound kernels %.3fx as long: the expected slowest of %lld parts "
+                  "(device.speed_spread %.1f%%)\n",
+                  r.slow_part_rank, r.slow_part_slowdown, static_cast<long long>(r.num_devices), 100 * r.speed_spread);
+    out << line;
+  }
   std::snprintf(line, sizeof line, "  MFU               %.1f%%   (HFU %.1f%%, peak %s per device)\n", 100 * r.mfu,
                 100 * r.hfu, format_quantity(r.peak_flops_per_device, Dimension::flops_per_s).c_str());
   out << line;
@@ -324,6 +334,9 @@ std::string step_report_json(const StepReport& r) {
     j["ep_load_imbalance"] = {{"per_step", r.ep_load_imbalance},
                               {"p50", r.ep_load_imbalance_p50},
                               {"p99", r.ep_load_imbalance_p99}};
+  }
+  if (r.slow_part_rank >= 0) {
+    j["slowest_part"] = {{"rank", r.slow_part_rank}, {"compute_slowdown", r.slow_part_slowdown}, {"speed_spread", r.speed_spread}};
   }
   j["model_flops_per_step"] = r.model_flops_per_step;
   j["flops_per_step"] = r.flops_per_step;

@@ -21,6 +21,7 @@
 #include "graph/graph_stats.hpp"
 #include "graph/step_graph.hpp"
 #include "report/step_report.hpp"
+#include "scenario/device_spread.hpp"
 #include "search/memory_bound.hpp"
 
 namespace moesim {
@@ -155,6 +156,7 @@ StepReport ConfigEvaluator::simulate(const Scenario& s, const LoadedConfig& load
   eo.distinct_ranks = distinct_ranks_;
   eo.routing = st.sampler;
   eo.rank_speed = rank_speeds(s.spec);  // the scenario's stragglers
+  eo.rank_compute_slowdown = rank_compute_slowdowns(s);  // the hardware's slowest part
   auto run_steps = [&](Engine& engine) {
     std::vector<StepResult> steps;
     for (int64_t step = 0; step < s.spec.routing.num_sampled_steps; ++step) {

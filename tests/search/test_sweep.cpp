@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/power_runs.hpp"
+#include "scenario/device_spread.hpp"
 #include "search/sweep.hpp"
 #include "search/sweep_report.hpp"
 
@@ -180,6 +181,7 @@ TEST_CASE("on a file with a power model, each configuration runs in its own powe
     const StepGraph g = build_step_graph(sc);
     EngineOptions eo;
     eo.distinct_ranks = true;
+    eo.rank_compute_slowdown = rank_compute_slowdowns(sc);  // h100-hgx's speed spread
     const PoweredSteps direct = simulate_in_power_state(CostModel(sc.hardware), [&](const CostModel& cost) {
       Engine engine(g, cost);
       std::vector<StepResult> steps;

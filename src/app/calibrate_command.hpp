@@ -18,7 +18,8 @@
 namespace moesim {
 
 // What `--only` may name: each is one part of the calibration file (docs/calibration/format.md).
-//   gemm         kernels.gemm, kernels.grouped_gemm: dense and expert GEMMs
+//   gemm         kernels.gemm, kernels.gemm_shapes, kernels.grouped_gemm: dense GEMMs (by min(m, n, k),
+//                and each linear layer of the calibration scenarios pass by pass), expert GEMMs
 //   memory       kernels.memory, other_kernels: memory-bound kernels (norms, elementwise, AdamW)
 //   attention    attention: the attention op kinds of a step graph through the executor's launches
 //   loss         kernels.cce: the CCE loss's ops through the executor's launches, by hidden size (a

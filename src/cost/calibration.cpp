@@ -34,6 +34,11 @@ const CalibrationTable* Calibration::attention_table(OpKind kind, Phase phase) c
   return it == attention.end() ? nullptr : &it->second;
 }
 
+const CalibrationTable* Calibration::gemm_shape_table(GemmPass pass, int64_t n, int64_t k) const {
+  auto it = gemm_shapes.find({pass, n, k});
+  return it == gemm_shapes.end() ? nullptr : &it->second;
+}
+
 const CalibrationTable* Calibration::cce_table(const Op& op) const {
   if (op.kind != OpKind::cce_loss) return nullptr;
   auto it = cce.find(cce_pass_of(op));
@@ -79,7 +84,7 @@ using nlohmann::json;
 // by the hardware loader, hardware_spec.cpp), version 4 the optional "collectives_inter_node",
 // version 5 the optional "kernels/memory_by_kind", version 6 its tables of one row width
 // ("norm:128"); versions 1 to 5 are still read.
-constexpr int kFormatVersion = 6;
+constexpr int kFormatVersion = 7;
 constexpr int kOldestVersion = 1;
 
 struct Reader {
@@ -214,6 +219,7 @@ Calibration load_calibration(const InputText& input, const json& root) {
     const json& k = r.object(root["kernels"], "/kernels");
     std::set<std::string> kernel_keys{"gemm", "grouped_gemm", "memory", "cce"};
     if (version >= 5) kernel_keys.insert("memory_by_kind");
+    if (version >= 7) kernel_keys.insert("gemm_shapes");
     r.only_keys(k, "/kernels", kernel_keys);
     if (k.contains("gemm")) c.gemm_flops_per_s = r.table(k["gemm"], "/kernels/gemm", "min_mnk", "flops_per_s");
     if (k.contains("grouped_gemm")) {
@@ -226,6 +232,27 @@ Calibration load_calibration(const InputText& input, const json& root) {
       r.only_keys(passes, "/kernels/cce", {"forward", "backward", "backward_frozen"});
       for (const auto& [name, t] : passes.items()) {
         c.cce[*enum_from_name<CcePass>(name)] = r.table(t, pointer_append("/kernels/cce", name), "hidden_size", "flops_per_s");
+      }
+    }
+    if (k.contains("gemm_shapes")) {
+      // {"PASS": {"N:K": table}}: FLOP/s by the layer's tokens m, per pass and layer width.
+      const std::string top = "/kernels/gemm_shapes";
+      for (const auto& [name, shapes] : r.object(k["gemm_shapes"], top).items()) {
+        const std::string path = pointer_append(top, name);
+        const auto pass = enum_from_name<GemmPass>(name);
+        if (!pass) r.fail(path, "unknown pass (known: forward, input_grad, weight_grad)");
+        for (const auto& [key, t] : r.object(shapes, path).items()) {
+          const std::string shape_path = pointer_append(path, key);
+          const auto whole = [](const std::string& digits) -> int64_t {
+            if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
+            return std::stoll(digits);
+          };
+          const size_t colon = key.find(':');
+          const int64_t n = colon == std::string::npos ? 0 : whole(key.substr(0, colon));
+          const int64_t kk = colon == std::string::npos ? 0 : whole(key.substr(colon + 1));
+          if (n <= 0 || kk <= 0) r.fail(shape_path, "a layer's shape is N:K, two whole numbers from 1 to 999999999");
+          c.gemm_shapes[{*pass, n, kk}] = r.table(t, shape_path, "tokens", "flops_per_s");
+        }
       }
     }
     if (k.contains("memory_by_kind")) {

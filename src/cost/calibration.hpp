@@ -43,6 +43,21 @@ struct EnumNames<CcePass> {
   }};
 };
 
+// The GEMMs of a dense linear layer of forward shape (m, n, k) as the executor runs them
+// (src/backend/cuda/op_kernels.cpp, gemm()): the forward y = x W^T (m x n x k), and in the backward
+// the input gradient dx = dy W (m x k x n) and, when the weight trains, the weight gradient
+// dW = dy^T x (n x k x m).
+enum class GemmPass : uint8_t { forward, input_grad, weight_grad };
+
+template <>
+struct EnumNames<GemmPass> {
+  static constexpr std::array<std::pair<std::string_view, GemmPass>, 3> names{{
+      {"forward", GemmPass::forward},
+      {"input_grad", GemmPass::input_grad},
+      {"weight_grad", GemmPass::weight_grad},
+  }};
+};
+
 class CalibrationTable {
  public:
   CalibrationTable() = default;
@@ -92,11 +107,18 @@ struct Calibration {
   // of the rate of a norm over 2,048-element rows, and at twice the tokens a layer norm moves as
   // many bytes as the per-head norm did. Keyed (kind, width, backward?).
   std::map<std::tuple<OpKind, int64_t, bool>, CalibrationTable> memory_by_kind;
+  // Version 7, kernels/gemm_shapes: BF16 GEMMs of the linear layers of given (n, k), each pass
+  // measured in its own layout, FLOP/s (2 m n k) by the layer's tokens m; keyed (pass, n, k). The
+  // one-measure table kernels/gemm stands for every shape of one min(m, n, k) and every layout, and
+  // misprices a model's own shapes by up to 15% (docs/calibration/format.md).
+  std::map<std::tuple<GemmPass, int64_t, int64_t>, CalibrationTable> gemm_shapes;
 
   // The bus-bandwidth table of a collective over n ranks in one scale-up domain, or null.
   const CalibrationTable* collective(OpKind kind, int64_t n) const;
   // The attention table of an op kind in a phase (bwd: backward; fwd, recompute: forward), or null.
   const CalibrationTable* attention_table(OpKind kind, Phase phase) const;
+  // The table of the GEMM of a linear layer of forward (n, k) in `pass`, or null.
+  const CalibrationTable* gemm_shape_table(GemmPass pass, int64_t n, int64_t k) const;
   // The CCE table of a cce_loss op's pass, or null (the op then stays on the GEMM table or curve).
   const CalibrationTable* cce_table(const Op& op) const;
   // The memory-bound table of an op's kind, row width (memory_table_width) and phase (bwd:

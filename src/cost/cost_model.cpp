@@ -2,6 +2,7 @@
 #include "cost/cost_model.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 
@@ -118,6 +119,32 @@ CostModel::CopyCost CostModel::host_copy(OpKind kind, double bytes) const {
   return {host.latency.value, host.bandwidth.value * hw_.efficiency.host_copy};
 }
 
+std::optional<double> CostModel::measured_linear_seconds(const Op& op, double rows_scale) const {
+  const Calibration* cal = calibration_.get();
+  if (!cal || cal->gemm_shapes.empty() || op.kind != OpKind::gemm || op.dtype != Dtype::bf16 || op.num_groups > 0 ||
+      rows_scale != 1.0 || op.m <= 0) {
+    return std::nullopt;
+  }
+  std::array<GemmPass, 2> passes{GemmPass::forward, GemmPass::forward};
+  size_t num_passes = 1;
+  if (op.phase == Phase::bwd) {
+    passes = {GemmPass::input_grad, GemmPass::weight_grad};
+    num_passes = op.trainable_weight ? 2 : 1;
+  } else if (op.phase == Phase::optimizer) {
+    return std::nullopt;
+  }
+  // Only a plain linear layer: its FLOPs are 2 m n k per GEMM it runs.
+  const double one = 2.0 * static_cast<double>(op.m) * static_cast<double>(op.n) * static_cast<double>(op.k);
+  if (std::abs(op.flops - one * static_cast<double>(num_passes)) > 1e-9 * op.flops) return std::nullopt;
+  double seconds = 0;
+  for (size_t i = 0; i < num_passes; ++i) {
+    const CalibrationTable* table = cal->gemm_shape_table(passes[i], op.n, op.k);
+    if (!table) return std::nullopt;
+    seconds += one / (table->at(static_cast<double>(op.m)) * compute_rate(op));
+  }
+  return seconds;
+}
+
 double CostModel::kernel_seconds(const Op& op, double rows_scale) const {
   const auto& d = hw_.device;
   const Calibration* cal = calibration_.get();
@@ -160,6 +187,7 @@ double CostModel::kernel_seconds(const Op& op, double rows_scale) const {
   if (cal && bytes > 0 && is_memory_bound_kind(op.kind)) {
     if (const CalibrationTable* mem = cal->memory_table(op)) return bytes / mem->at(bytes) + cast_s + launch_s;
   }
+  if (const std::optional<double> t = measured_linear_seconds(op, rows_scale)) return *t + cast_s + launch_s;
   double t = 0;
   if (flops > 0) {
     // Calibrated BF16 GEMMs run at the measured FLOP/s for their size measure; the rest on the curve.

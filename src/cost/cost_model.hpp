@@ -26,7 +26,8 @@
 //
 // Calibration: when the hardware file names a calibration file (cost/calibration.hpp), its
 // measured tables replace the curves above for what they cover: BF16 GEMM and grouped-GEMM
-// throughput (t = flops / table(x), same size measures), memory-bound bandwidth by bytes moved,
+// throughput (t = flops / table(x), same size measures; a linear layer whose shape the file measured
+// pass by pass, version 7, sums its GEMMs' times from those tables by its tokens), memory-bound bandwidth by bytes moved,
 // host-copy bandwidth by bytes, and the bus bandwidth of each collective over a group size it
 // measured within one scale-up domain (t = factor * S / busbw(S), latency included; the time of
 // the table's smallest size is the latency part, the rest the wire time links share).
@@ -41,6 +42,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -147,6 +149,10 @@ class CostModel {
   double efficiency(const Op& op, double rows_scale) const;
   double peak(Dtype dtype) const;
   double compute_rate(const Op& op) const;  // power_'s rate for the op's class
+  // A BF16 linear layer's time from the calibration's tables of its shape (kernels/gemm_shapes),
+  // without launch overhead: each GEMM of its phase at its pass's FLOP/s for the layer's tokens;
+  // nullopt when the file has no table of one of them or the op is not a plain linear layer.
+  std::optional<double> measured_linear_seconds(const Op& op, double rows_scale) const;
 
   HardwareSpec hw_;  // a copy: a cost model is often built from a temporary
   // Compute-bound rates relative to the measured ones: the power limit's fixed scale, or a step's

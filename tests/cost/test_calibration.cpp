@@ -114,7 +114,7 @@ TEST_CASE("the reader takes the tables it knows and names the file and JSON path
   CHECK(c.collective(OpKind::all_gather, 2) == nullptr);
 
   json j = sample_calibration();
-  j["version"] = 7;
+  j["version"] = 8;
   expect_error(j, "/version", "unsupported version");
   j = sample_calibration();
   j["version"] = 2;  // memory_overhead came with version 3
@@ -647,7 +647,7 @@ TEST_CASE("the software stack's measured memory reaches the step graph unless th
 
 TEST_CASE("a bad calibration file is an input error naming that file") {
   json cal = sample_calibration();
-  cal["version"] = 7;
+  cal["version"] = 8;
   const HardwareSpec hw = hardware_with(cal);
   try {
     const CostModel cost(hw);
@@ -678,4 +678,63 @@ TEST_CASE("the shipped h200-x2 hardware file reads its calibration; a grid GEMM 
     CHECK(measured > 0.6 * 989e12);  // sanity: a large BF16 GEMM on an H200 runs at most of its peak
     CHECK(measured < 989e12);
   }
+}
+
+TEST_CASE("version 7 kernels/gemm_shapes: each GEMM of a linear layer at its pass's table, by tokens") {
+  json j = sample_calibration();
+  j["version"] = 7;
+  const auto table = [](double m0, double y0, double m1, double y1) {
+    return json{{"measure", "tokens"}, {"value", "flops_per_s"}, {"points", {{m0, y0}, {m1, y1}}}};
+  };
+  j["kernels"]["gemm_shapes"] = {{"forward", {{"4096:2048", table(1024, 300e12, 8192, 600e12)}}},
+                                 {"input_grad", {{"4096:2048", table(1024, 250e12, 8192, 500e12)}}},
+                                 {"weight_grad", {{"4096:2048", table(1024, 200e12, 8192, 400e12)}}}};
+  const Calibration c = load_calibration(text(j));
+  REQUIRE(c.gemm_shapes.size() == 3);
+  REQUIRE(c.gemm_shape_table(GemmPass::weight_grad, 4096, 2048) != nullptr);
+  CHECK(c.gemm_shape_table(GemmPass::forward, 2048, 4096) == nullptr);  // (n, k), not (k, n)
+
+  const HardwareSpec hw = hardware_with(j);
+  const CostModel cost(hw);
+  const double launch = hw.device.kernel_launch_overhead.value;
+  const double rate = cost.power_state().rate_of(PowerClass::gemm);
+  const double one = 2.0 * 8192 * 4096 * 2048;
+  Op op = gemm(8192, 4096, 2048);
+  CHECK(cost.kernel_seconds(op) == doctest::Approx(one / (600e12 * rate) + launch).epsilon(1e-12));
+  op.phase = Phase::recompute;
+  CHECK(cost.kernel_seconds(op) == doctest::Approx(one / (600e12 * rate) + launch).epsilon(1e-12));
+  // The backward: the input gradient, and the weight gradient when the weight trains (two kernels).
+  op.phase = Phase::bwd;
+  op.flops = 2 * one;
+  op.trainable_weight = true;
+  op.num_kernels = 2;
+  CHECK(cost.kernel_seconds(op) == doctest::Approx(one / (500e12 * rate) + one / (400e12 * rate) + 2 * launch).epsilon(1e-12));
+  op.flops = one;  // a frozen weight (LoRA's base): the input gradient alone
+  op.trainable_weight = false;
+  op.num_kernels = 1;
+  CHECK(cost.kernel_seconds(op) == doctest::Approx(one / (500e12 * rate) + launch).epsilon(1e-12));
+  // Between grid tokens the table's log-linear interpolation: at 2048 tokens a third of the way up.
+  Op mid = gemm(2048, 4096, 2048);
+  const double mid_rate = 300e12 + (600e12 - 300e12) * std::log(2.0) / std::log(8.0);
+  CHECK(cost.kernel_seconds(mid) == doctest::Approx(mid.flops / (mid_rate * rate) + launch).epsilon(1e-9));
+  // Another shape keeps the min(m, n, k) table; so does an op that is not a plain linear layer.
+  const Op other = gemm(8192, 2048, 4096);
+  const CostModel without(hardware_with(sample_calibration()));
+  CHECK(cost.kernel_seconds(other) == doctest::Approx(without.kernel_seconds(other)).epsilon(1e-12));
+  Op fused = gemm(8192, 4096, 2048);
+  fused.flops *= 3;  // three GEMMs' worth in one op
+  CHECK(cost.kernel_seconds(fused) == doctest::Approx(without.kernel_seconds(fused)).epsilon(1e-12));
+
+  json bad = j;
+  bad["kernels"]["gemm_shapes"]["dgrad"] = bad["kernels"]["gemm_shapes"]["forward"];
+  expect_error(bad, "/kernels/gemm_shapes/dgrad", "unknown pass");
+  bad = j;
+  bad["kernels"]["gemm_shapes"]["forward"]["4096x2048"] = table(1, 1, 2, 2);
+  expect_error(bad, "/kernels/gemm_shapes/forward/4096x2048", "N:K");
+  bad = j;
+  bad["kernels"]["gemm_shapes"]["forward"]["4096:2048"]["measure"] = "min_mnk";
+  expect_error(bad, "/kernels/gemm_shapes/forward/4096:2048/measure", "tokens");
+  bad = j;
+  bad["version"] = 6;  // a key of version 7
+  expect_error(bad, "/kernels/gemm_shapes", "unknown key");
 }

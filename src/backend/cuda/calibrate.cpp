@@ -11,6 +11,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <set>
 #include <span>
 #include <vector>
 
@@ -30,6 +31,8 @@
 #include "backend/cuda/op_kernels.hpp"
 #include "backend/cuda/timer.hpp"
 #include "backend/rank_bootstrap.hpp"
+#include "core/json_input.hpp"
+#include "cost/calibration.hpp"
 #include "graph/step_graph.hpp"
 
 namespace moesim::cuda {
@@ -116,6 +119,48 @@ std::vector<GemmShape> gemm_shapes(bool quick) {
   return shapes;
 }
 
+// The linear layers whose GEMMs are measured pass by pass (kernels/gemm_shapes): those of the
+// shipped calibration scenarios, at the tokens each runs and (full grid) at kLinearTokens, and those
+// of --scenario when given.
+constexpr std::array<const char*, 4> kLinearShapeScenarios = {
+    "scenarios/calibration/k3-slice-1gpu.json", "scenarios/calibration/llama-8b-slice-1gpu.json",
+    "scenarios/calibration/llama-8b-slice-1gpu-chunked.json", "scenarios/calibration/qwen3-moe-slice-1gpu.json"};
+constexpr std::array<int64_t, 5> kLinearTokens = {1024, 2048, 4096, 8192, 16384};
+
+struct LinearShape {
+  int64_t n = 0, k = 0;
+  std::set<int64_t> tokens;
+};
+
+// The dense BF16 linear layers (n, k) of the scenarios' step graphs, with the tokens they run.
+std::vector<LinearShape> linear_shapes(const std::string& extra_scenario, bool quick) {
+  std::vector<std::string> names(kLinearShapeScenarios.begin(), kLinearShapeScenarios.end());
+  if (!extra_scenario.empty()) names.push_back(extra_scenario);
+  std::map<std::pair<int64_t, int64_t>, std::set<int64_t>> by_shape;
+  for (const std::string& name : names) {
+    const Scenario s = load_scenario(read_input(name, "scenarios", "--scenario"));
+    const StepGraph g = build_step_graph(s);
+    for (const Program& p : g.programs) {
+      for (const Op& op : p.ops) {
+        if (op.kind != OpKind::gemm || op.dtype != Dtype::bf16 || op.num_groups > 0 || op.m <= 0 || op.n <= 0 || op.k <= 0) continue;
+        by_shape[{op.n, op.k}].insert(op.m);
+      }
+    }
+  }
+  std::vector<LinearShape> out;
+  for (auto& [nk, tokens] : by_shape) {
+    if (!quick) tokens.insert(kLinearTokens.begin(), kLinearTokens.end());
+    out.push_back({nk.first, nk.second, std::move(tokens)});
+  }
+  return out;
+}
+
+int64_t linear_measurements(const std::vector<LinearShape>& shapes) {
+  int64_t n = 0;
+  for (const LinearShape& s : shapes) n += 3 * static_cast<int64_t>(s.tokens.size());
+  return n;
+}
+
 // The experts of one EP64 rank of K3 on the latent width: gate|up (n = 2 f, k = l) and down (n = l, k = f).
 const std::vector<std::pair<int64_t, int64_t>> kGroupedNk = {{2 * kExpertWidth, kLatent}, {kLatent, kExpertWidth}};
 
@@ -199,6 +244,52 @@ json bench_gemm(Context& cx, Gemm& gemm, Pool& pool, Pool& out_pool) {
   t["dtype"] = "bf16";
   t["samples"] = samples;
   return t;
+}
+
+// Each linear layer's GEMMs in the layouts the executor runs them (op_kernels.cpp, gemm()), at the
+// heuristic's algorithm as the executor does: {"PASS": {"N:K": table of FLOP/s by tokens}}.
+json bench_gemm_shapes(Context& cx, Gemm& gemm, Pool& pool, Pool& out_pool, const std::vector<LinearShape>& shapes) {
+  json out = json::object();
+  cx.summary += "\nLinear layers (bf16, cuBLASLt)      n      k  tokens   forward TF/s  input_grad  weight_grad\n";
+  for (const LinearShape& sh : shapes) {
+    std::array<std::map<double, std::vector<double>>, 3> by_tokens;
+    for (int64_t m : sh.tokens) {
+      const std::array<GemmShape, 3> runs = {GemmShape{m, sh.n, sh.k, Trans::none, Trans::transpose, OutType::bf16},
+                                             GemmShape{m, sh.k, sh.n, Trans::none, Trans::none, OutType::bf16},
+                                             GemmShape{sh.n, sh.k, m, Trans::transpose, Trans::none, OutType::bf16}};
+      std::array<double, 3> rate{};
+      for (size_t pass = 0; pass < runs.size(); ++pass) {
+        const GemmShape& g = runs[pass];
+        const size_t na = static_cast<size_t>(g.m * g.k), nb = static_cast<size_t>(g.n * g.k), nc = static_cast<size_t>(g.m * g.n);
+        if (na + nb > pool.size() || nc > out_pool.size()) {  // beyond the pools: left out of the table
+          cx.log(fmt("linear %.0f x %.0f at %.0f tokens: too large for the pools, not measured", static_cast<double>(sh.n),
+                     static_cast<double>(sh.k), static_cast<double>(m)));
+          cx.measured();
+          continue;
+        }
+        const Timing t = time_gemm(cx, [&](int i) {
+          gemm.run(g, pool.slice(na + nb, i), pool.slice(na + nb, i) + na, out_pool.slice(nc, i), 1.0f, 0.0f, cx.stream);
+        });
+        rate[pass] = g.flops() / t.median_s;
+        by_tokens[pass][static_cast<double>(m)].push_back(rate[pass]);
+        cx.measured();
+      }
+      char line[160];
+      std::snprintf(line, sizeof line, "                              %6lld %6lld %7lld   %12.1f  %10.1f  %11.1f\n",
+                    static_cast<long long>(sh.n), static_cast<long long>(sh.k), static_cast<long long>(m), rate[0] / 1e12,
+                    rate[1] / 1e12, rate[2] / 1e12);
+      cx.summary += line;
+      std::snprintf(line, sizeof line, "linear %lld x %lld at %lld tokens: %.1f / %.1f / %.1f TFLOP/s", static_cast<long long>(sh.n),
+                    static_cast<long long>(sh.k), static_cast<long long>(m), rate[0] / 1e12, rate[1] / 1e12, rate[2] / 1e12);
+      cx.log(line);
+    }
+    for (size_t pass = 0; pass < by_tokens.size(); ++pass) {
+      if (by_tokens[pass].empty()) continue;
+      const std::string name(enum_name(static_cast<GemmPass>(pass)));
+      out[name][std::to_string(sh.n) + ":" + std::to_string(sh.k)] = calibration_table("tokens", "flops_per_s", by_tokens[pass]);
+    }
+  }
+  return out;
 }
 
 json bench_grouped_gemm(Context& cx, Gemm& gemm) {
@@ -713,10 +804,13 @@ CalibrationRun run_calibration(const CalibrateOptions& options, Distributed& job
   // before the first one runs, so that the progress has its total from the start.
   std::vector<AttentionCase> attention_plan;
   std::vector<CceCase> cce_plan;
+  std::vector<LinearShape> linear_plan;
   if (speaker) {
     const bool quick = options.quick;
     if (wants("gemm")) {
-      cx.planned += static_cast<int64_t>(gemm_shapes(quick).size() + grouped_rows_per_expert(quick).size() * kGroupedNk.size());
+      linear_plan = linear_shapes(opt.attention_scenario, quick);
+      cx.planned += static_cast<int64_t>(gemm_shapes(quick).size() + grouped_rows_per_expert(quick).size() * kGroupedNk.size()) +
+                    linear_measurements(linear_plan);
     }
     if (wants("memory")) cx.planned += static_cast<int64_t>(memory_copy_sizes(quick).size()) + kMemoryKernelCases + kOtherKernelCases;
     if (wants("copies")) cx.planned += static_cast<int64_t>(host_copy_sizes(quick).size());
@@ -747,6 +841,7 @@ CalibrationRun run_calibration(const CalibrateOptions& options, Distributed& job
       Pool out_pool(size_t{1} << 29, 2);
       if (wants("gemm")) {
         kernels["gemm"] = bench_gemm(cx, gemm, pool, out_pool);
+        kernels["gemm_shapes"] = bench_gemm_shapes(cx, gemm, pool, out_pool, linear_plan);
         kernels["grouped_gemm"] = bench_grouped_gemm(cx, gemm);
       }
       if (wants("memory")) {
@@ -785,7 +880,8 @@ CalibrationRun run_calibration(const CalibrateOptions& options, Distributed& job
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   json root = {
       {"format", "moesim-calibration"},
-      {"version", collectives_inter_node.empty() ? 3 : 4},
+      // 7: kernels/gemm_shapes; 4: collectives across nodes; 3 otherwise.
+      {"version", kernels.contains("gemm_shapes") ? 7 : collectives_inter_node.empty() ? 3 : 4},
       {"provenance",
        {{"gpu", dev.name}, {"num_gpus", num_gpus}, {"processes", job.size()}, {"nodes", place.num_nodes}, {"sms", dev.num_sms}, {"memory_bytes", dev.memory_bytes},
         {"l2_bytes", dev.l2_bytes}, {"driver", dev.driver}, {"kernel_driver", kernel_driver()}, {"cuda_runtime", dev.runtime}, {"cublas", dev.cublas},

@@ -20,8 +20,9 @@ namespace moesim {
 double expected_max_standard_normal(int64_t n);
 
 // Per-rank factors on the time of compute-bound kernels (the SM clock's share of each op): the last
-// rank - the last pipeline stage, with the head and the loss - at the expected slowest device's,
-// every other rank at 1; empty when the hardware has no spread or the job has one device.
+// rank (under the default placement, in the last pipeline stage, with the head and the loss) at the
+// expected slowest device's, every other rank at 1; empty when the hardware has no spread or the
+// job has one device.
 std::vector<double> rank_compute_slowdowns(const Scenario& scenario);
 
 }  // namespace moesim

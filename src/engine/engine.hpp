@@ -37,7 +37,8 @@
 //     recomputed once at each instant where flows start or end;
 //   - compute started while a transfer of the rank is moving runs slower by the hardware's
 //     overlap_slowdown (a pipeline send or receive counts from when its pair meets); a rank's
-//     speed factor (a straggler) stretches its kernels;
+//     speed factor (a straggler) stretches its kernels, its compute slowdown (a slow part) its
+//     compute-bound kernels alone;
 //   - memory effects apply at an op's start (allocations, swap-in) and end (frees, swap-out);
 //   - a step is complete or an error: if an op never ran, run() throws SimulationError with a
 //     deadlock report instead of returning a step time.

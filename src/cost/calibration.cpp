@@ -83,9 +83,15 @@ using nlohmann::json;
 // Version 2 added the optional "attention" tables, version 3 the optional "memory_overhead" (read
 // by the hardware loader, hardware_spec.cpp), version 4 the optional "collectives_inter_node",
 // version 5 the optional "kernels/memory_by_kind", version 6 its tables of one row width
-// ("norm:128"); versions 1 to 5 are still read.
+// ("norm:128"), version 7 the optional "kernels/gemm_shapes"; every older version is still read.
 constexpr int kFormatVersion = 7;
 constexpr int kOldestVersion = 1;
+
+// A key's whole number from 1 to 999,999,999 (the digits of "norm:128", "4096:2048"), or 0.
+int64_t whole_number(const std::string& digits) {
+  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
+  return std::stoll(digits);
+}
 
 struct Reader {
   const std::string& file;
@@ -243,13 +249,9 @@ Calibration load_calibration(const InputText& input, const json& root) {
         if (!pass) r.fail(path, "unknown pass (known: forward, input_grad, weight_grad)");
         for (const auto& [key, t] : r.object(shapes, path).items()) {
           const std::string shape_path = pointer_append(path, key);
-          const auto whole = [](const std::string& digits) -> int64_t {
-            if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
-            return std::stoll(digits);
-          };
           const size_t colon = key.find(':');
-          const int64_t n = colon == std::string::npos ? 0 : whole(key.substr(0, colon));
-          const int64_t kk = colon == std::string::npos ? 0 : whole(key.substr(colon + 1));
+          const int64_t n = colon == std::string::npos ? 0 : whole_number(key.substr(0, colon));
+          const int64_t kk = colon == std::string::npos ? 0 : whole_number(key.substr(colon + 1));
           if (n <= 0 || kk <= 0) r.fail(shape_path, "a layer's shape is N:K, two whole numbers from 1 to 999999999");
           c.gemm_shapes[{*pass, n, kk}] = r.table(t, shape_path, "tokens", "flops_per_s");
         }
@@ -263,11 +265,8 @@ Calibration load_calibration(const InputText& input, const json& root) {
         const size_t colon = key.find(':');
         int64_t width = 0;  // the kind's table of every width
         if (colon != std::string::npos) {
-          const std::string digits = key.substr(colon + 1);
           if (version < 6) r.fail(path, "a table of one row width (KIND:WIDTH) needs format version 6");
-          if (!digits.empty() && digits.size() <= 9 && digits.find_first_not_of("0123456789") == std::string::npos) {
-            width = std::stoll(digits);
-          }
+          width = whole_number(key.substr(colon + 1));
           if (width == 0) r.fail(path, "the row width after ':' must be a whole number from 1 to 999999999");
           if (key.substr(0, colon) != "norm") r.fail(path, "only norm tables have a row width (norm:WIDTH)");
         }

@@ -125,14 +125,10 @@ std::optional<double> CostModel::measured_linear_seconds(const Op& op, double ro
       rows_scale != 1.0 || op.m <= 0) {
     return std::nullopt;
   }
-  std::array<GemmPass, 2> passes{GemmPass::forward, GemmPass::forward};
-  size_t num_passes = 1;
-  if (op.phase == Phase::bwd) {
-    passes = {GemmPass::input_grad, GemmPass::weight_grad};
-    num_passes = op.trainable_weight ? 2 : 1;
-  } else if (op.phase == Phase::optimizer) {
-    return std::nullopt;
-  }
+  // fwd and recompute run the forward GEMM; bwd the input gradient, then the weight's if it trains.
+  const bool bwd = op.phase == Phase::bwd;
+  const std::array<GemmPass, 2> passes{bwd ? GemmPass::input_grad : GemmPass::forward, GemmPass::weight_grad};
+  const size_t num_passes = bwd && op.trainable_weight ? 2 : 1;
   // Only a plain linear layer: its FLOPs are 2 m n k per GEMM it runs.
   const double one = 2.0 * static_cast<double>(op.m) * static_cast<double>(op.n) * static_cast<double>(op.k);
   if (std::abs(op.flops - one * static_cast<double>(num_passes)) > 1e-9 * op.flops) return std::nullopt;

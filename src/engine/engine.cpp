@@ -460,12 +460,6 @@ struct Engine::Impl {
     }
     result.slowest_rank = slots.rank_of(slowest);
     result.slowest_rank_compute_slowdown = compute_slowdown_of(slowest);
-    for (size_t r = 0; r < opt.rank_compute_slowdown.size(); ++r) {
-      if (opt.rank_compute_slowdown[r] > result.slow_part_slowdown) {
-        result.slow_part_slowdown = opt.rank_compute_slowdown[r];
-        result.slow_part_rank = static_cast<int32_t>(r);
-      }
-    }
     result.step_time = slot_end[static_cast<size_t>(slowest)];
     result.ep_load_imbalance = loads.load_imbalance();
     result.timeline.step_end = result.step_time;

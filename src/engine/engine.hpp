@@ -102,9 +102,6 @@ struct StepResult {
   int64_t max_min_violations = 0;
   int32_t slowest_rank = 0;
   double slowest_rank_compute_slowdown = 1;  // its EngineOptions::rank_compute_slowdown
-  // The rank of the largest EngineOptions::rank_compute_slowdown and that factor (-1 and 1: none).
-  int32_t slow_part_rank = -1;
-  double slow_part_slowdown = 1;
   // Load balance of the expert layers: the busiest EP member's expert rows over the balanced
   // T x top_k, averaged over the (layer, micro-batch, EP group) the step sampled; 0 without
   // sampled routing.

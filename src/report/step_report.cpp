@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/units.hpp"
+#include "scenario/device_spread.hpp"
 
 namespace moesim {
 namespace {
@@ -135,8 +136,11 @@ StepReport make_step_report(const Scenario& s, const StepGraph& g, const GraphSt
     r.ep_load_imbalance_p50 = percentile(r.ep_load_imbalance, 50);
     r.ep_load_imbalance_p99 = percentile(r.ep_load_imbalance, 99);
   }
-  r.slow_part_rank = steps.front().slow_part_rank;
-  r.slow_part_slowdown = steps.front().slow_part_slowdown;
+  if (const std::vector<double> slowdown = rank_compute_slowdowns(s); !slowdown.empty()) {
+    const auto slowest = std::max_element(slowdown.begin(), slowdown.end());
+    r.slow_part_rank = static_cast<int32_t>(slowest - slowdown.begin());
+    r.slow_part_slowdown = *slowest;
+  }
   r.speed_spread = s.hardware.device.speed_spread;
   r.model_flops_per_step = stats.model_flops_per_step;
   r.flops_per_step = stats.flops_per_step;

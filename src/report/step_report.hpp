@@ -38,8 +38,8 @@ struct StepReport {
   std::vector<double> ep_load_imbalance;
   double ep_load_imbalance_p50 = 0;
   double ep_load_imbalance_p99 = 0;
-  // The hardware's speed spread as simulated (StepResult::slow_part_*): the expected slowest part's
-  // rank and the factor on its compute-bound kernels' time (-1 and 1: none).
+  // The hardware's speed spread as simulate and sweep apply it (rank_compute_slowdowns): the
+  // expected slowest part's rank and the factor on its compute-bound kernels' time (-1 and 1: none).
   int32_t slow_part_rank = -1;
   double slow_part_slowdown = 1;
   double speed_spread = 0;  // the hardware's device.speed_spread

@@ -10,6 +10,7 @@
 #include "engine/engine.hpp"
 #include "graph/graph_stats.hpp"
 #include "report/step_report.hpp"
+#include "scenario/device_spread.hpp"
 
 using namespace moesim;
 
@@ -64,4 +65,28 @@ TEST_CASE("the report names the groups that span scale-up domains") {
   CHECK(ep8.at("fsdp") == 2);       // the shard group spans both nodes
   CHECK(!ep8.contains("ep"));       // 8 consecutive ranks: one node
   CHECK(spanning(16).at("ep") == 2);
+}
+
+TEST_CASE("the report names the slowest part where the hardware has a speed spread, and only there") {
+  test::Plan p;
+  p.model = "llama-3.1-8b";
+  p.seq = 2048;
+  Scenario s = test::scenario(p);  // 8 devices
+  const StepGraph g = build_step_graph(s);
+  const CostModel cost(s.hardware);
+  const GraphStats stats = compute_stats(g);
+  s.hardware.device.speed_spread = 0.02;
+  EngineOptions o;
+  o.rank_compute_slowdown = rank_compute_slowdowns(s);
+  const StepReport r = make_step_report(s, g, stats, {Engine(g, cost).run(o)}, 0.0);
+  CHECK(r.slow_part_rank == 7);
+  CHECK(r.slow_part_slowdown == doctest::Approx(1 + 0.02 * 1.4236003060).epsilon(1e-10));
+  CHECK(step_report_text(r).find("slowest part      rank 7") != std::string::npos);
+  CHECK(step_report_json(r).find("\"slowest_part\"") != std::string::npos);
+
+  s.hardware.device.speed_spread = 0;
+  const StepReport none = make_step_report(s, g, stats, {Engine(g, cost).run({})}, 0.0);
+  CHECK(none.slow_part_rank == -1);
+  CHECK(step_report_text(none).find("slowest part") == std::string::npos);
+  CHECK(step_report_json(none).find("\"slowest_part\"") == std::string::npos);
 }

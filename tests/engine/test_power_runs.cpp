@@ -41,6 +41,20 @@ TEST_CASE("a step's activity splits its step time: compute by class, the rest id
   CHECK(a.busy[static_cast<size_t>(PowerClass::memory)] > 0);
 }
 
+TEST_CASE("a slow part's activity is counted at the state's rates: its compute classes' time over its slowdown") {
+  const Scenario s = llama8b();
+  const StepGraph g = build_step_graph(s);
+  const StepResult r = run_once(g, CostModel(s.hardware)).front();
+  StepResult slowed = r;  // the same step as if the slowest rank ran compute-bound kernels twice as long
+  slowed.slowest_rank_compute_slowdown = 2;
+  for (auto& [kind, ps] : slowed.compute_busy) {
+    if (power_class(kind) != PowerClass::memory) ps *= 2;
+  }
+  const StepActivity a = step_activity(r), b = step_activity(slowed);
+  for (size_t c = 0; c < kNumPowerClasses; ++c) CHECK(b.busy[c] == doctest::Approx(a.busy[c]).epsilon(1e-12));
+  CHECK(b.idle == a.idle);
+}
+
 TEST_CASE("simulate_in_power_state returns a step in the state its own activity solves") {
   const Scenario s = llama8b();
   REQUIRE(has_power_model(s.hardware));

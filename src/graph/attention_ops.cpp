@@ -113,13 +113,21 @@ int flash_attention(TapeBuilder& b, const std::string& name, std::vector<int> qk
   return o;
 }
 
-// Context parallelism: all-gather keys/values (or latents) of every CP rank before attention.
+// Context parallelism: all-gather keys/values (or latents) of every CP rank before attention, as
+// ring attention moves them (Transformer Engine's and PyTorch's context parallelism pass each
+// rank's chunk around the group; an all-gather has the same bytes). Ring attention keeps only its
+// own rank's chunk for the backward and exchanges the chunks again there (rerun_for_backward);
+// the gradients go back as a reduce-scatter, in parallel.cp_grad_format.
 int gather_context(TapeBuilder& b, const std::string& name, int x, int64_t cols) {
   const auto& c = b.ctx();
   if (c.cp == 1) return x;
   const int64_t rows = c.tokens * c.cp;
-  return b.communicate(OpKind::all_gather, GroupKind::cp, name + ".cp_all_gather", x, matrix_desc(rows, cols, c.act),
-                       bytes_of(elements(rows, cols), c.act));
+  const int y = b.communicate(OpKind::all_gather, GroupKind::cp, name + ".cp_all_gather", x,
+                              matrix_desc(rows, cols, c.act), bytes_of(elements(rows, cols), c.act));
+  TapeOp& gather = b.tape().mutable_ops().back();
+  gather.bwd_comm_bytes = bytes_of(elements(rows, cols), c.cp_grad);
+  gather.rerun_for_backward = true;
+  return y;
 }
 
 // The query path shared by MLA and MLA+DSA: returns (q, q latent or x).
@@ -173,8 +181,11 @@ int gqa_block(TapeBuilder& b, int x) {
     k = b.norm("attn.k_norm", k, t, kv * g.head_dim, g.head_dim);
   }
   std::tie(q, k) = b.rope(q, k, t, h * g.head_dim, kv * g.head_dim);
-  k = gather_context(b, "attn.k", k, kv * g.head_dim);
-  v = gather_context(b, "attn.v", v, kv * g.head_dim);
+  // Under parallel.cp_kv_heads query the exchange carries the keys and values repeated to the
+  // query heads (the attention kernel reads them through its GQA groups either way).
+  const int64_t exchanged = c.cp_query_heads ? h : kv;
+  k = gather_context(b, "attn.k", k, exchanged * g.head_dim);
+  v = gather_context(b, "attn.v", v, exchanged * g.head_dim);
   const int o = flash_attention(b, "attn", {q, k, v}, h, g.head_dim, g.head_dim);
   return b.gemm("attn.o_proj", o, t, h * g.head_dim, d, LoraTarget::o_proj, SwapTarget::attention_out_proj);
 }

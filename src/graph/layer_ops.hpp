@@ -22,6 +22,8 @@ struct LayerContext {
   int64_t seq_len = 0;   // the whole sequence: the keys of causal attention
   int64_t tp = 1;
   int64_t cp = 1;
+  bool cp_query_heads = false;  // keys and values exchanged at the query heads (parallel.cp_kv_heads)
+  Dtype cp_grad = Dtype::bf16;  // the format their gradients are exchanged in (parallel.cp_grad_format)
   int64_t ep = 1;
   int64_t etp = 1;                        // expert tensor parallelism (= tp unless folded)
   GroupKind expert_tp_group = GroupKind::tp;  // the group the routed experts' TP collectives use

@@ -127,6 +127,8 @@ class StepBuilder {
     c_.tp_comm_overlap = c_.sequence_parallel ? p.tp.comm_overlap : TpCommOverlap::none;
     c_.experts_per_rank = m_.moe ? plan.experts_per_rank(m_.moe->num_experts) : 0;
     c_.act = spec_.training.precision.activations;
+    c_.cp_query_heads = p.cp_kv_heads == CpKvHeads::query;
+    c_.cp_grad = p.cp_grad_format.value_or(c_.act);
     c_.compute = spec_.training.precision.compute;
     c_.attention = attention_dtype(spec_.training.precision);
     c_.unquantized = unquantized_dtype(spec_.training.precision);

@@ -134,6 +134,12 @@ Analysis analyse(const LayerTape& tape, const TapePolicy& policy) {
       a.last_bwd_use[static_cast<size_t>(t)] = static_cast<int>(i);
     }
   }
+  // A rerun op's output is made again in the backward (emit_backward), from its inputs.
+  for (const TapeOp& op : ops) {
+    if (!op.rerun_for_backward) continue;
+    for (int o : op.outputs) a.needed[static_cast<size_t>(o)] = false;
+    for (int in : op.inputs) a.needed[static_cast<size_t>(in)] = true;
+  }
   if (policy.recompute == RecomputePolicy::full) {
     // Keep the layer input; recompute the whole layer except swap-target ops, whose needed
     // outputs come back from host memory instead.
@@ -190,6 +196,20 @@ Analysis analyse(const LayerTape& tape, const TapePolicy& policy) {
           }
         }
       }
+    }
+  }
+  // A selective policy that recomputes a reader of a rerun op's output (an attention core) runs
+  // the op again in the recompute too, rather than keeping its output.
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (!ops[i].rerun_for_backward || a.recomputed[i]) continue;
+    bool kept = false;
+    for (int o : ops[i].outputs) kept = kept || a.kept[static_cast<size_t>(o)];
+    if (!kept) continue;
+    a.recomputed[i] = true;
+    for (int o : ops[i].outputs) a.kept[static_cast<size_t>(o)] = false;
+    for (int in : ops[i].inputs) {
+      const int p = a.producer[static_cast<size_t>(in)];
+      if (p < 0 || !a.recomputed[static_cast<size_t>(p)]) a.kept[static_cast<size_t>(in)] = true;
     }
   }
   for (size_t t = 0; t < nt; ++t) {
@@ -432,6 +452,25 @@ BackwardResult emit_backward(ProgramWriter& w, const LayerTape& tape, const Tape
       }
       continue;
     }
+    // What a rerun op makes for this backward (ring attention's keys and values, exchanged again):
+    // run just before it, its output freed by its last backward reader below.
+    for (int t : e.bwd_needs) {
+      const auto ut = static_cast<size_t>(t);
+      const int p = s.buffer[ut] < 0 ? a.producer[ut] : -1;
+      if (p < 0 || !ops[static_cast<size_t>(p)].rerun_for_backward) continue;
+      TapeOp rerun = ops[static_cast<size_t>(p)];
+      rerun.name += ".for_bwd";
+      const uint32_t idx = emit_op(w, tape, rerun, Phase::bwd, policy, scope);
+      on_emit(idx, true);
+      for (int in : rerun.inputs) order_after_producer(w, idx, s.producer[static_cast<size_t>(in)]);
+      for (int o : rerun.outputs) {
+        const auto& tt = ts[static_cast<size_t>(o)];
+        const uint32_t b = w.buffer(tt.desc.bytes(), MemCategory::activation, scope.prefix + "rerun." + tt.name);
+        w.effect(idx, b, MemAction::alloc);
+        s.buffer[static_cast<size_t>(o)] = b;
+        s.producer[static_cast<size_t>(o)] = idx;
+      }
+    }
     if (e.all_reduce_output_grad) {
       Op reduce;
       reduce.kind = OpKind::all_reduce;
@@ -451,6 +490,7 @@ BackwardResult emit_backward(ProgramWriter& w, const LayerTape& tape, const Tape
     }
     Op op = e.op;
     op.kind = comm ? backward_kind_of_communication(e.op.kind) : e.bwd_kind;
+    if (comm && e.bwd_comm_bytes >= 0) op.comm_bytes = e.bwd_comm_bytes;
     op.phase = Phase::bwd;
     op.layer = scope.layer;
     op.micro = scope.micro;

@@ -71,6 +71,12 @@ struct TapeOp {
   // over the TP group (Megatron's "f": identity forward, all-reduce backward) before its backward.
   bool all_reduce_output_grad = false;
   double all_reduce_bytes = 0;
+  // Communication only: the bytes of its backward (the adjoint collective) when the gradient
+  // travels in another format than the forward's tensor; < 0: the forward's comm_bytes.
+  double bwd_comm_bytes = -1;
+  // Its output is never kept for the backward: the op runs again before it (ring attention keeps
+  // only its rank's keys and values and exchanges them again in the backward).
+  bool rerun_for_backward = false;
 };
 
 class LayerTape {

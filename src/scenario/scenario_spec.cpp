@@ -179,6 +179,14 @@ void declare_fields(F& f, ParallelSpec& s) {
              "fabric (DeepEP); the same inside one domain.");
   f.optional("pp", s.pp, PipelineSpec{}, "Pipeline parallelism.");
   f.optional("cp", s.cp, int64_t{1}, "Context parallel degree (sequence split across ranks).", positive(limits::kMaxDevices));
+  f.optional("cp_kv_heads", s.cp_kv_heads, CpKvHeads::kv,
+             "Heads CP ranks exchange keys and values with (GQA/MHA attention): kv, the model's key/value heads "
+             "(Megatron-Core with Transformer Engine); query, repeated to the query heads before the exchange, "
+             "query heads / kv heads times the bytes (torchtitan's Llama calls SDPA after repeat_kv, and PyTorch's "
+             "context_parallel exchanges what SDPA is given).");
+  f.maybe("cp_grad_format", s.cp_grad_format,
+          "Format the key/value gradients travel in between CP ranks. Absent: the activations' format. PyTorch's "
+          "context_parallel accumulates and sends them in fp32 (its convert_to_f32 option, on by default).");
   f.optional("placement", s.placement, kDefaultPlacement,
              "Order of the mesh dimensions (tp, cp, shard, replicate, pp; each once) from innermost - consecutive "
              "ranks, so within one node or scale-up domain first - to outermost. The default keeps TP groups "

@@ -40,6 +40,10 @@ enum class RecomputePolicy { none, selective, selective_op, full };
 // expert's rank, or once per destination domain and fanned out inside it (DeepEP's internode
 // kernels, hierarchical dispatchers).
 enum class ExpertDispatch { direct, hierarchical };
+// The heads context-parallel ranks exchange keys and values with: the model's key/value heads, or
+// those repeated to the query heads before the exchange (an attention that calls the kernel after
+// GQA's repeat_kv, as torchtitan's Llama does under PyTorch's context_parallel).
+enum class CpKvHeads { kv, query };
 enum class LossKind { full, chunked, cce };
 // How the full loss runs its cross-entropy: one kernel each way on FP32 logits the head writes, in
 // place (a fused loss: Megatron-Core's cross_entropy_loss_fusion, Liger's), or PyTorch's
@@ -236,6 +240,8 @@ struct ParallelSpec {
   ExpertDispatch ep_dispatch = ExpertDispatch::direct;
   PipelineSpec pp;
   int64_t cp = 1;  // context parallel degree
+  CpKvHeads cp_kv_heads = CpKvHeads::kv;
+  std::optional<Dtype> cp_grad_format;  // the key/value gradients' exchange; absent: the activations'
   std::vector<MeshDim> placement = kDefaultPlacement;  // innermost first, each dimension once
 
   int64_t dp() const { return fsdp.shard * fsdp.replicate; }
@@ -448,6 +454,13 @@ struct EnumNames<ExpertDispatch> {
   static constexpr std::array<std::pair<std::string_view, ExpertDispatch>, 2> names{{
       {"direct", ExpertDispatch::direct},
       {"hierarchical", ExpertDispatch::hierarchical},
+  }};
+};
+template <>
+struct EnumNames<CpKvHeads> {
+  static constexpr std::array<std::pair<std::string_view, CpKvHeads>, 2> names{{
+      {"kv", CpKvHeads::kv},
+      {"query", CpKvHeads::query},
   }};
 };
 template <>

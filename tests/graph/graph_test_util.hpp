@@ -30,6 +30,7 @@ struct Plan {
   int64_t virtual_stages = 1;
   bool overlap_forward_backward = true;  // dualpipe only
   int64_t cp = 1;
+  std::string cp_options;  // further parallel keys as JSON members, e.g. "\"cp_kv_heads\": \"query\""
   std::string placement;  // parallel.placement as JSON; empty: left out (the default)
   std::string recompute = "none";
   bool swap = false;
@@ -126,7 +127,8 @@ inline Scenario scenario(const Plan& p) {
           R"(, "schedule": ")" + p.schedule + R"(", "virtual_stages": )" + std::to_string(p.virtual_stages) +
           R"(, "layers_per_chunk": )" + p.layers_per_chunk +
           R"(, "overlap_forward_backward": )" + (p.overlap_forward_backward ? "true" : "false") + R"(}, "cp": )" +
-          std::to_string(p.cp) + (p.placement.empty() ? std::string() : R"(, "placement": )" + p.placement) +
+          std::to_string(p.cp) + (p.cp_options.empty() ? std::string() : ", " + p.cp_options) +
+          (p.placement.empty() ? std::string() : R"(, "placement": )" + p.placement) +
           R"(}, "recompute": {"policy": ")" + p.recompute +
           R"("}, "swap": {"enabled": )" + (p.swap ? "true" : "false") + R"(, "ops": )" + (p.swap ? p.swap_ops : "[]") +
           R"(}, "loss": )" + p.loss + R"(, "fused_ops": )" + p.fused + R"(, "overlap": {"comm_compute": )" +

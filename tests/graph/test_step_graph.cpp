@@ -409,3 +409,105 @@ TEST_CASE("without flash attention the core is materialised: s x s scores, softm
   CHECK(softmaxes == 1);
   check_invariants(g);
 }
+
+// Context parallelism as ring attention runs it: one layer's key/value exchanges on rank 0, in
+// program order, with the phase of each and its bytes.
+struct CpExchange {
+  std::string name;
+  Phase phase;
+  OpKind kind;
+  double bytes;
+};
+std::vector<CpExchange> cp_exchanges(const StepGraph& g, int32_t layer) {
+  std::vector<CpExchange> out;
+  const Program& prog = g.programs[0];
+  for (const Op& op : prog.ops) {
+    if (op.layer != layer || op.group != GroupKind::cp || op.micro != 0) continue;
+    out.push_back({prog.name_of(op), op.phase, op.kind, op.comm_bytes});
+  }
+  return out;
+}
+
+TEST_CASE("context parallelism: ring attention exchanges keys and values again for the backward, keeping only its own") {
+  // Llama 3.1 8B (32 query heads, 8 key/value heads of 128) over CP 4: 4,096 keys, 1,024 tokens a rank.
+  Plan p;
+  p.model = "llama-3.1-8b";
+  p.devices = 4;
+  p.shard = 1;
+  p.cp = 4;
+  p.global_batch = 1;
+  const double kv_bytes = 4096.0 * 8 * 128 * 2;  // one of K or V for all 4,096 keys, bf16
+  const Phase fwd = Phase::fwd, re = Phase::recompute, bwd = Phase::bwd;
+  const OpKind ag = OpKind::all_gather, rs = OpKind::reduce_scatter;
+  auto phases = [](const std::vector<CpExchange>& xs, OpKind kind) {
+    std::vector<Phase> out;
+    for (const auto& x : xs) {
+      if (x.kind == kind) out.push_back(x.phase);
+    }
+    return out;
+  };
+
+  SUBCASE("no recompute: gathered once in forward, again right before the attention's backward") {
+    const StepGraph g = build_step_graph(test::scenario(p));
+    const auto xs = cp_exchanges(g, 1);
+    CHECK(phases(xs, ag) == std::vector<Phase>{fwd, fwd, bwd, bwd});
+    CHECK(phases(xs, rs) == std::vector<Phase>{bwd, bwd});
+    for (const auto& x : xs) CHECK(x.bytes == doctest::Approx(kv_bytes));
+    // The backward's gathers come before the attention's backward, which frees what they gathered;
+    // the forward's gathered keys and values are freed in the forward.
+    const Program& prog = g.programs[0];
+    std::map<uint32_t, Phase> allocated_in;
+    int64_t attention_bwd = -1, regathers_before = 0;
+    for (size_t i = 0; i < prog.ops.size(); ++i) {
+      const Op& op = prog.ops[i];
+      if (op.layer != 1 || op.micro != 0) continue;
+      const std::string& name = prog.name_of(op);
+      if (op.kind == OpKind::flash_attention && op.phase == bwd) attention_bwd = static_cast<int64_t>(i);
+      if (op.group == GroupKind::cp && op.kind == ag) {
+        if (op.phase == bwd) {
+          CHECK(name.ends_with(".for_bwd"));
+          if (attention_bwd < 0) ++regathers_before;
+        }
+        for (const MemEffect& e : prog.effects_of(op)) {
+          if (e.action == MemAction::alloc) allocated_in[e.buffer] = op.phase;
+        }
+      }
+      for (const MemEffect& e : prog.effects_of(op)) {
+        if (e.action != MemAction::free || !allocated_in.contains(e.buffer)) continue;
+        CAPTURE(name);
+        // Freed in the phase it was gathered in: forward, or the attention's backward.
+        CHECK(op.phase == allocated_in[e.buffer]);
+        if (op.phase == bwd) CHECK(static_cast<int64_t>(i) == attention_bwd);
+        allocated_in.erase(e.buffer);
+      }
+    }
+    CHECK(regathers_before == 2);
+    CHECK(allocated_in.empty());
+    check_invariants(g);
+  }
+
+  SUBCASE("full recompute: forward, recompute and backward each gather") {
+    p.recompute = "full";
+    const auto xs = cp_exchanges(build_step_graph(test::scenario(p)), 1);
+    CHECK(phases(xs, ag) == std::vector<Phase>{fwd, fwd, re, re, bwd, bwd});
+  }
+
+  SUBCASE("selective recompute of the attention core gathers in the recompute too") {
+    p.recompute = "selective";
+    const auto xs = cp_exchanges(build_step_graph(test::scenario(p)), 1);
+    CHECK(phases(xs, ag) == std::vector<Phase>{fwd, fwd, re, re, bwd, bwd});
+  }
+
+  SUBCASE("PyTorch's context_parallel: query heads exchanged, gradients in fp32") {
+    p.cp_options = R"("cp_kv_heads": "query", "cp_grad_format": "fp32")";
+    const StepGraph g = build_step_graph(test::scenario(p));
+    const auto xs = cp_exchanges(g, 1);
+    REQUIRE(xs.size() == 6);
+    for (const auto& x : xs) {
+      CAPTURE(x.name);
+      // 32 / 8 = 4 times the heads; the gradients' reduce-scatter in 4 bytes, not 2.
+      CHECK(x.bytes == doctest::Approx(kv_bytes * 4 * (x.kind == rs ? 2 : 1)));
+    }
+    check_invariants(g);
+  }
+}

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """What the PyTorch reference benchmarks (attention_reference.py, kda_reference.py,
-memory_bound_reference.py, fp8_gemm_reference.py, attention_cap_reference.py) share with each other
+memory_bound_reference.py, fp8_gemm_reference.py, attention_cap_reference.py, cp_ring_reference.py) share with each other
 and with attention_bench: the command line (--seq, --batch, --heads, --repeats, --out), the timing
 rule (`warmup` calls, then the median of `repeats` individually timed calls, CUDA events; fn(i) gets
 the call's index, so that callers can alternate input sets), the warm-up to a training step's power

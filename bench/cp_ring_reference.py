@@ -23,14 +23,13 @@ the rank's share at the rate of one kernel, which is how moesim costs the core.
 --check runs a small ring on real positions and compares its output with one causal call.
 """
 import argparse
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from reference_bench import reach_power_limit  # bench/reference_bench.py, beside this file
+from reference_bench import reach_power_limit, time_ms  # bench/reference_bench.py, beside this file
 
 
 def flash_with_lse(q, k, v, causal):
@@ -104,17 +103,8 @@ def ring_backward(graphs, grad_out, dq, dkv):
 
 
 def timed(fn, warmup, repeats):
-    for _ in range(warmup):
-        fn()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ms = []
-    for _ in range(repeats):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        ms.append(start.elapsed_time(stop))
-    return statistics.median(ms)
+    """time_ms for a call that takes no index."""
+    return time_ms(lambda i: fn(), warmup, repeats)
 
 
 def check(dev):

@@ -274,6 +274,20 @@ uint32_t emit_op(ProgramWriter& w, const LayerTape& tape, const TapeOp& entry, P
   return w.add(op, scope.prefix + entry.name, in, out);
 }
 
+// Op `idx`, forward op `e` run again (a recompute, or a rerun for the backward): ordered after its
+// inputs' producers, its outputs in new buffers named `label` and the tensor's name.
+void place_again(ProgramWriter& w, const LayerTape& tape, const TapeOp& e, uint32_t idx, const EmitScope& scope,
+                 TapeState& s, const std::string& label) {
+  for (int t : e.inputs) order_after_producer(w, idx, s.producer[static_cast<size_t>(t)]);
+  for (int t : e.outputs) {
+    const auto& tt = tape.tensors()[static_cast<size_t>(t)];
+    const uint32_t b = w.buffer(tt.desc.bytes(), MemCategory::activation, scope.prefix + label + tt.name);
+    w.effect(idx, b, MemAction::alloc);
+    s.buffer[static_cast<size_t>(t)] = b;
+    s.producer[static_cast<size_t>(t)] = idx;
+  }
+}
+
 }  // namespace
 
 TapeState emit_forward(ProgramWriter& w, const LayerTape& tape, const TapePolicy& policy, const EmitScope& scope,
@@ -391,14 +405,7 @@ BackwardResult emit_backward(ProgramWriter& w, const LayerTape& tape, const Tape
     const TapeOp& e = ops[static_cast<size_t>(i)];
     const uint32_t idx = emit_op(w, tape, e, Phase::recompute, policy, scope);
     on_emit(idx, true);
-    for (int t : e.inputs) order_after_producer(w, idx, s.producer[static_cast<size_t>(t)]);
-    for (int t : e.outputs) {
-      const auto& tt = ts[static_cast<size_t>(t)];
-      const uint32_t b = w.buffer(tt.desc.bytes(), MemCategory::activation, scope.prefix + "recompute." + tt.name);
-      w.effect(idx, b, MemAction::alloc);
-      s.buffer[static_cast<size_t>(t)] = b;
-      s.producer[static_cast<size_t>(t)] = idx;
-    }
+    place_again(w, tape, e, idx, scope, s, "recompute.");
     auto release_if_unneeded = [&](int t) {
       const auto ut = static_cast<size_t>(t);
       if (a.needed[ut] || s.buffer[ut] < 0) return;
@@ -462,14 +469,7 @@ BackwardResult emit_backward(ProgramWriter& w, const LayerTape& tape, const Tape
       rerun.name += ".for_bwd";
       const uint32_t idx = emit_op(w, tape, rerun, Phase::bwd, policy, scope);
       on_emit(idx, true);
-      for (int in : rerun.inputs) order_after_producer(w, idx, s.producer[static_cast<size_t>(in)]);
-      for (int o : rerun.outputs) {
-        const auto& tt = ts[static_cast<size_t>(o)];
-        const uint32_t b = w.buffer(tt.desc.bytes(), MemCategory::activation, scope.prefix + "rerun." + tt.name);
-        w.effect(idx, b, MemAction::alloc);
-        s.buffer[static_cast<size_t>(o)] = b;
-        s.producer[static_cast<size_t>(o)] = idx;
-      }
+      place_again(w, tape, rerun, idx, scope, s, "rerun.");
     }
     if (e.all_reduce_output_grad) {
       Op reduce;

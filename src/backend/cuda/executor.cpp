@@ -498,6 +498,17 @@ void check_executable(const Scenario& sc, const ExecOptions& opt) {
     throw InputError(sc.file, "/parallel/tp/comm_overlap",
                      "TP communication overlap is simulated, not executed, by this version");
   }
+  const ParallelSpec& par = sc.spec.parallel;
+  if (par.cp > 1 && par.cp_kv_heads != CpKvHeads::kv) {
+    // The gathered keys and values would hold the query heads, where the attention kernels read
+    // the model's key/value heads.
+    throw InputError(sc.file, "/parallel/cp_kv_heads", "keys and values exchanged at the query heads are simulated, not executed, by this version");
+  }
+  if (par.cp > 1 && par.cp_grad_format && *par.cp_grad_format != sc.spec.training.precision.activations) {
+    // The gradients' reduce-scatter would move another format than the buffers the executor keeps.
+    throw InputError(sc.file, "/parallel/cp_grad_format",
+                     "key/value gradients exchanged in another format than the activations are simulated, not executed, by this version");
+  }
   const bool drops = sc.spec.routing.capacity_factor && sc.spec.routing.capacity_policy == CapacityPolicy::drop;
   if (drops || sc.spec.routing.devices_per_token > 0) {
     // The executor's routing plan draws dropless loads (or pads to capacity) and sends a copy per expert.

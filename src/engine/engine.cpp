@@ -92,6 +92,8 @@ struct Engine::Impl {
   std::vector<Picoseconds> slot_end;
   std::vector<RankMemoryLedger> memory;
   SlabTracks slab_tracks;  // the ledgers' slabs, shared where their placements agree
+  // Tracks kept for the next run at most (each holds a slab and a log of its program's effects).
+  static constexpr int32_t kMaxKeptSlabTracks = 16;
   EventQueue events;
   // Per slot, per op: its predecessors not yet done while it waits, then kOpRunning, then kOpDone
   // (step_analysis.hpp); its start time is not kept, the analyses derive it (start_of).
@@ -417,7 +419,10 @@ struct Engine::Impl {
     events.clear();
     rendezvous.clear();
     routed_bytes.clear();
-    slab_tracks.reset();
+    // The ledgers' tracks stay from run to run of this graph: a rank whose effects a track's log
+    // already holds only compares them (slab_tracks.hpp), so a sampled step that orders its
+    // allocations as an earlier step did places nothing again. Forgotten when too many forked.
+    if (slab_tracks.num_tracks() > kMaxKeptSlabTracks) slab_tracks.reset();
     for (int32_t s = 0; s < slots.num_slots(); ++s) {
       const Program& p = program_of(s);
       memory[static_cast<size_t>(s)].share(&slab_tracks);

@@ -128,3 +128,25 @@ TEST_CASE("a step that cannot finish is rethrown, as the in-order run throws it"
     CHECK(reported == 0);
   }
 }
+
+TEST_CASE("an engine's later runs report the memory a fresh engine gives them (slab tracks kept between runs)") {
+  const Scenario s = skewed_moe();
+  const StepGraph g = build_step_graph(s);
+  const CostModel cost(s.hardware);
+  Engine reused(g, cost);
+  for (int64_t run = 0; run < 6; ++run) {
+    EngineOptions o;
+    o.step = run % 3;                  // steps drawn again, and in another order
+    o.distinct_ranks = run % 2 == 1;  // other slots from run to run
+    CAPTURE(run);
+    const StepResult kept = reused.run(o);
+    Engine fresh_engine(g, cost);
+    const StepResult fresh = fresh_engine.run(o);
+    check_same(kept, fresh);
+    for (size_t r = 0; r < kept.memory.size(); ++r) {
+      CHECK(kept.memory[r].slab_bytes > 0);
+      CHECK(kept.memory[r].slab_bytes == fresh.memory[r].slab_bytes);
+      CHECK(kept.memory[r].allocator_reserve_bytes == fresh.memory[r].allocator_reserve_bytes);
+    }
+  }
+}

@@ -49,8 +49,8 @@ class RankMemoryLedger {
   // A rank holding `persistent` bytes of HBM and `persistent_ddr` bytes of host memory (CPU
   // offload's state) for the whole step.
   explicit RankMemoryLedger(double persistent = 0, double persistent_ddr = 0);
-  // Places this ledger's tensors on `tracks`, shared with the other ledgers of one engine (reset
-  // by its owner before each step); without it the ledger keeps tracks of its own.
+  // Places this ledger's tensors on `tracks`, shared with the other ledgers of one engine (kept by
+  // its owner from step to step); without it the ledger keeps tracks of its own.
   void share(SlabTracks* tracks) { tracks_ = tracks; }
   // Back to the state of a fresh ledger holding those bytes, keeping its buffers' capacity (the
   // engine reuses its ledgers from one sampled step to the next).

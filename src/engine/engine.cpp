@@ -47,6 +47,18 @@ std::vector<Picoseconds> host_issue_times(const Program& p, Picoseconds op_issue
   return out;
 }
 
+// The ops of `p` after which the host waits for the GPU (StepGraph::host_waits_for_routing): the
+// forward and recomputed routers, in program order.
+std::vector<uint32_t> host_wait_ops(const Program& p, bool waits_for_routing) {
+  std::vector<uint32_t> out;
+  if (!waits_for_routing) return out;
+  for (uint32_t i = 0; i < p.ops.size(); ++i) {
+    const Op& op = p.ops[i];
+    if (op.kind == OpKind::router && (op.phase == Phase::fwd || op.phase == Phase::recompute)) out.push_back(i);
+  }
+  return out;
+}
+
 std::array<GroupPlacement, kNumGroupKinds> group_placements(const ParallelPlan& plan, int64_t domain_size) {
   std::array<GroupPlacement, kNumGroupKinds> placement{};
   for (const auto& [name, kind] : EnumNames<GroupKind>::names) {
@@ -73,8 +85,10 @@ struct Engine::Impl {
   // The cost model of a part whose compute-bound kernels run `factor` slower
   // (EngineOptions::rank_compute_slowdown), one per factor asked for, made on first use.
   std::vector<std::pair<double, CostModel>> slowed_costs;
-  // Per program, per op: when the host issues it (host_issue_times; make_ready).
+  // Per program, per op: when the host issues it if it never waits (host_issue_times; make_ready).
   std::vector<std::vector<Picoseconds>> issue_at;
+  // Per program: the ops whose end the host waits for before it issues the next one (host_wait_ops).
+  std::vector<std::vector<uint32_t>> host_waits;
 
   // ---- per-run state ----
   EngineOptions opt;
@@ -103,6 +117,15 @@ struct Engine::Impl {
   // Traced runs only: an expert all-to-all's bytes as the routing draw sized it, per (slot, op).
   std::unordered_map<uint64_t, double> routed_bytes;
   std::vector<std::vector<Picoseconds>> ended;  // per slot, per op
+  // Per slot, where the host stands when it waits for the GPU (host_waits): ops after a wait op
+  // that has not ended are parked; once it ends at t, the host resumes at t and every later op is
+  // issued `delay` after issue_at says, delay = max(delay, t - issue_at[wait + 1]).
+  struct HostState {
+    size_t next_wait = 0;  // into host_waits: the first wait op not yet ended
+    std::vector<uint32_t> parked;  // ready ops the host has not issued yet
+    HostDelays delays{{0, 0}};     // (first op, delay) from each resumption on
+  };
+  std::vector<HostState> host;
   std::vector<int32_t> comm_in_flight;
   std::vector<std::array<Picoseconds, kNumOpKinds>> busy;
   Rendezvous rendezvous;
@@ -122,6 +145,7 @@ struct Engine::Impl {
       index.emplace_back(p);
       nominal_kernel_s.emplace_back(p.ops.size(), std::numeric_limits<double>::quiet_NaN());
       issue_at.push_back(host_issue_times(p, to_ps(g.host_op_issue_s), to_ps(g.host_kernel_issue_s)));
+      host_waits.push_back(host_wait_ops(p, g.host_waits_for_routing));
     }
     rank_program.resize(static_cast<size_t>(num_ranks));
     for (int64_t r = 0; r < num_ranks; ++r) rank_program[static_cast<size_t>(r)] = static_cast<int32_t>(g.plan.program_of(r));
@@ -167,11 +191,19 @@ struct Engine::Impl {
     return finish_run();
   }
 
-  // The host issues a rank's ops in program order and never waits for the GPU (issue_at): an op
-  // whose dependencies are done starts at its issue at the earliest. Issue times of 0 (no host
-  // cost): the host is always ahead.
+  // The host issues a rank's ops in program order (issue_at), waiting only after a wait op
+  // (host_waits) until that op has ended: an op whose dependencies are done starts at its issue at
+  // the earliest, and one behind a wait op not yet ended is parked until it ends. Issue times of
+  // 0 (no host cost) and no waits: the host is always ahead.
   void make_ready(int32_t slot, uint32_t op_index, Picoseconds t) {
-    const Picoseconds issued = issue_at[program_index(slot)][op_index];
+    const size_t prog = program_index(slot);
+    HostState& h = host[static_cast<size_t>(slot)];
+    const auto& waits = host_waits[prog];
+    if (h.next_wait < waits.size() && op_index > waits[h.next_wait]) {
+      h.parked.push_back(op_index);
+      return;
+    }
+    const Picoseconds issued = issue_at[prog][op_index] + h.delays.back().second;
     if (issued > t) {
       if (issued > kClockEnd) {
         char shown[32];
@@ -337,12 +369,37 @@ struct Engine::Impl {
       result.timeline.records.push_back(ExecRecord{slots.rank_of(slot), static_cast<int32_t>(p.stage), op_index,
                                                    op.stream, start, t, routed_amount(slot, op_index, op)});
     }
+    const auto& waits = host_waits[program_index(slot)];
+    const HostState& h = host[static_cast<size_t>(slot)];
+    if (h.next_wait < waits.size() && waits[h.next_wait] == op_index) resume_host(slot, op_index, t);
     const ProgramIndex& ix = index[static_cast<size_t>(p.stage)];
     for (uint32_t k = ix.succ_begin[op_index]; k < ix.succ_begin[op_index + 1]; ++k) {
       const uint32_t s = ix.succ[k];
       if (--rem[s] == 0) make_ready(slot, s, t);
     }
     slot_end[static_cast<size_t>(slot)] = std::max(slot_end[static_cast<size_t>(slot)], t);
+  }
+
+  // Wait op `op_index` of `slot` ended at t: the host resumes, issuing the next op at t at the
+  // earliest, and the parked ops up to the next wait op become ready, in program order.
+  void resume_host(int32_t slot, uint32_t op_index, Picoseconds t) {
+    const size_t prog = program_index(slot);
+    HostState& h = host[static_cast<size_t>(slot)];
+    ++h.next_wait;
+    const auto& at = issue_at[prog];
+    if (op_index + 1 < at.size() && t > at[op_index + 1] + h.delays.back().second) {
+      h.delays.emplace_back(op_index + 1, t - at[op_index + 1]);
+    }
+    const auto& waits = host_waits[prog];
+    const uint32_t bound = h.next_wait < waits.size() ? waits[h.next_wait] : std::numeric_limits<uint32_t>::max();
+    std::vector<uint32_t> unparked;
+    std::erase_if(h.parked, [&](uint32_t i) {
+      if (i > bound) return false;
+      unparked.push_back(i);
+      return true;
+    });
+    std::sort(unparked.begin(), unparked.end());
+    for (uint32_t i : unparked) make_ready(slot, i, t);
   }
 
   // An op's memory effects on its slot's ledger (at its start or its end), sampled when recorded.
@@ -414,6 +471,7 @@ struct Engine::Impl {
     queue_start.assign(n, {});
     ended.resize(n);
     comm_in_flight.assign(n, 0);
+    host.assign(n, HostState{});
     memory.resize(n);
     busy.assign(n, {});
     events.clear();
@@ -500,7 +558,10 @@ struct Engine::Impl {
     r.ended = &ended;
     r.remaining = &remaining;
     r.slot_end = &slot_end;
-    for (int32_t s = 0; s < slots.num_slots(); ++s) r.issue_at.push_back(&issue_at[program_index(s)]);
+    for (int32_t s = 0; s < slots.num_slots(); ++s) {
+      r.issue_at.push_back(&issue_at[program_index(s)]);
+      r.host_delays.push_back(&host[static_cast<size_t>(s)].delays);
+    }
     r.group_slots = [this](int32_t slot, GroupKind kind) {
       std::vector<int32_t> out;
       slots.for_each_group_slot(slot, kind, [&](int32_t s) { out.push_back(s); });

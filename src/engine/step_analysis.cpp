@@ -55,10 +55,17 @@ std::string blocked_on(const RunRecord& run, int32_t slot, uint32_t i) {
 
 }  // namespace
 
+Picoseconds issued_at(const RunRecord& run, int32_t slot, uint32_t i) {
+  const HostDelays& delays = *run.host_delays[static_cast<size_t>(slot)];
+  const auto after = std::upper_bound(delays.begin(), delays.end(), i,
+                                      [](uint32_t op, const auto& d) { return op < d.first; });
+  return (*run.issue_at[static_cast<size_t>(slot)])[i] + std::prev(after)->second;
+}
+
 Picoseconds start_of(const RunRecord& run, int32_t slot, uint32_t i) {
   const Program& p = *run.program[static_cast<size_t>(slot)];
   const auto& en = ends(run, slot);
-  Picoseconds start = (*run.issue_at[static_cast<size_t>(slot)])[i];
+  Picoseconds start = issued_at(run, slot, i);
   const int32_t before = run.index[static_cast<size_t>(slot)]->queue_pred[i];
   if (before >= 0) start = std::max(start, en[static_cast<size_t>(before)]);
   for (uint32_t d : p.deps_of(p.ops[i])) start = std::max(start, en[d]);
@@ -135,7 +142,7 @@ std::pair<Picoseconds, TimeByName> exposed_time(const RunRecord& run, int32_t sl
         if (blocker < 0 || en[d] > en[static_cast<size_t>(blocker)]) blocker = d;
       }
       // An op the host issued after its dependencies were done started at its issue.
-      const Picoseconds issued = (*run.issue_at[static_cast<size_t>(slot)])[i];
+      const Picoseconds issued = issued_at(run, slot, i);
       const Picoseconds done = std::max(cursor, blocker < 0 ? cursor : en[static_cast<size_t>(blocker)]);
       const Picoseconds host_wait = started == issued && issued > done ? issued - done : 0;
       const Picoseconds waited = started - cursor - host_wait;

@@ -22,6 +22,10 @@ namespace moesim {
 inline constexpr int32_t kOpRunning = -1;
 inline constexpr int32_t kOpDone = -2;
 
+// How late the host issued ops after waiting for the GPU: (first op, delay) pairs in program
+// order, the first (0, 0); op i was issued at issue_at[i] + the delay of the last pair at or before i.
+using HostDelays = std::vector<std::pair<uint32_t, Picoseconds>>;
+
 // A run as the analyses read it; every vector is per simulated slot (a rank, or one representative
 // per class of interchangeable ranks), the engine's own state borrowed.
 struct RunRecord {
@@ -32,14 +36,19 @@ struct RunRecord {
   const std::vector<std::vector<Picoseconds>>* ended = nullptr;     // per slot, per op
   const std::vector<std::vector<int32_t>>* remaining = nullptr;     // per slot, per op (kOpDone, ...)
   const std::vector<Picoseconds>* slot_end = nullptr;  // when each slot's last op ended
-  // When the host issued each op (per slot, per op; all 0 when the host costs nothing): the
-  // engine's host_issue_times, from StepGraph::host_op_issue_s and host_kernel_issue_s.
+  // When the host would issue each op if it never waited (per slot, per op; all 0 when the host
+  // costs nothing): the engine's host_issue_times, from StepGraph::host_op_issue_s and
+  // host_kernel_issue_s; and per slot how much later it did after waiting for the GPU.
   std::vector<const std::vector<Picoseconds>*> issue_at;
+  std::vector<const HostDelays*> host_delays;
   // The slots standing for `slot`'s group of `kind` (its members, or their classes).
   std::function<std::vector<int32_t>(int32_t slot, GroupKind kind)> group_slots;
 };
 
 using TimeByName = std::vector<std::pair<std::string, Picoseconds>>;
+
+// When the host issued op `i` of `slot`: issue_at, delayed by its waits for the GPU.
+Picoseconds issued_at(const RunRecord& run, int32_t slot, uint32_t i);
 
 // When op `i` of `slot` started, in a run where it ran: the engine starts an op at the latest of
 // its queue predecessor's end, its explicit dependencies' ends and its issue by the host (0 for

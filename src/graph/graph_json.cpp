@@ -786,6 +786,9 @@ std::string export_graph_json(const StepGraph& g) {
     w.raw(",\n  \"host_kernel_issue_s\": ");
     w.number(g.host_kernel_issue_s, "host_kernel_issue_s");
   }
+  if (g.host_waits_for_routing) {  // written only when not the default
+    w.raw(",\n  \"host_waits_for_routing\": true");
+  }
   if (g.expert_dispatch != ExpertDispatch::direct) {  // written only when not the default
     w.raw(",\n  \"expert_dispatch\": ");
     w.string(enum_name(g.expert_dispatch));
@@ -840,6 +843,9 @@ StepGraph import_graph_json(const std::string& text, const std::string& file) {
   if (const json* j = o.find("host_kernel_issue_s")) {
     g.host_kernel_issue_s = r.amount(*j, top.at("host_kernel_issue_s"), limits::kMaxLatency);
   }
+  if (const json* j = o.find("host_waits_for_routing")) {
+    g.host_waits_for_routing = r.boolean(*j, top.at("host_waits_for_routing"));
+  }
   if (const json* j = o.find("expert_dispatch")) g.expert_dispatch = r.name<ExpertDispatch>(*j, top.at("expert_dispatch"));
   read_routing(r, o.need("routing"), top.at("routing"), mesh, g);
 
@@ -870,7 +876,7 @@ StepGraph import_graph_json(const std::string& text, const std::string& file) {
     }
   }
   o.finish({"format", "version", "scenario", "mesh", "num_micro_batches", "tokens_per_micro_batch", "tokens_per_step",
-            "seq_len", "allocator_fragmentation", "host_op_issue_s", "host_kernel_issue_s", "expert_dispatch", "routing",
+            "seq_len", "allocator_fragmentation", "host_op_issue_s", "host_kernel_issue_s", "host_waits_for_routing", "expert_dispatch", "routing",
             "programs"});
   return g;
 }

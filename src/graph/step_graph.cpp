@@ -1262,6 +1262,8 @@ StepGraph build_step_graph(const Scenario& s) {
   g.allocator_fragmentation = s.spec.memory.allocator_fragmentation;
   g.host_op_issue_s = s.spec.host.op_issue.value;
   g.host_kernel_issue_s = s.spec.host.kernel_issue.value;
+  g.host_waits_for_routing = s.model.moe && s.spec.host.waits_for_routing &&
+                             !(s.spec.routing.capacity_factor && s.spec.routing.capacity_policy == CapacityPolicy::pad);
   g.expert_dispatch = s.spec.parallel.ep_dispatch;
   // The software stack's share: the runtime, and one set of collective-library buffers per
   // communicator a program uses (group kinds with more than one member that it communicates

@@ -33,6 +33,9 @@ struct StepGraph {
   // host.op_issue, host.kernel_issue); the engine issues op i once the host spent it on ops 0..i-1.
   double host_op_issue_s = 0;
   double host_kernel_issue_s = 0;
+  // The host waits for each forward or recomputed router op to end before issuing the ops after
+  // it in program order (scenario host.waits_for_routing, off under capacity padding).
+  bool host_waits_for_routing = false;
   double allocator_fragmentation = 0;  // an allocator's loss beyond best-fit placement, a fraction of the slab (scenario memory)
   ExpertDispatch expert_dispatch = ExpertDispatch::direct;  // how expert all-to-alls cross scale-up domains
 

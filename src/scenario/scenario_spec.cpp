@@ -353,6 +353,13 @@ void declare_fields(F& f, HostSpec& s) {
              "op: the host spends op_issue + kernels x kernel_issue on it. `moesim calibrate --from-trace` and `validate "
              "--from-trace` fit both to a profiler trace (docs/calibration/from-trace.md).",
              non_negative(limits::kMaxLatency));
+  f.optional("waits_for_routing", s.waits_for_routing, false,
+             "Whether the host waits for each MoE layer's routing in the forward (and its recompute) before it issues "
+             "the ops after the router, as dropless dispatch does (Megatron-Core's alltoall and DeepEP dispatchers copy "
+             "the tokens per expert to the host to size the expert all-to-all): the host issues nothing after a router "
+             "until the router has run, and the GPU then waits for the host to issue what follows. Off by default: the "
+             "graph's program order stands for the host's issue order only approximately (docs/modelling.md). With "
+             "routing.capacity_policy pad the sizes are static and nothing is waited for.");
 }
 
 template <class F>

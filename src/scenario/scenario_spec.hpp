@@ -316,6 +316,9 @@ struct MemoryOverheadSpec {
 struct HostSpec {
   Seconds op_issue{0};      // host time per op of the graph; 0 with kernel_issue 0: the host is always ahead
   Seconds kernel_issue{0};  // host time per kernel an op launches, on top of op_issue
+  // The host waits for each forward (or recomputed) MoE router before issuing what follows it:
+  // dropless dispatch copies the tokens per expert to the host to size the all-to-all.
+  bool waits_for_routing = false;
 };
 
 struct FusedOpsSpec {

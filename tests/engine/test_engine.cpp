@@ -274,14 +274,18 @@ TEST_CASE("the compute stream's time splits exactly into computing and what it w
 TEST_CASE("an op's start follows from its predecessors' ends: start_of gives every recorded start") {
   // The engine keeps only end times; the analyses derive starts (step_analysis.hpp). Checked on
   // whole steps with collectives, all-to-alls on their own queues, pipeline sends and receives,
-  // and a host that issues ops late (issue i at i x op_issue).
-  for (const double op_issue_s : {0.0, 500e-6}) {
+  // and a host that issues ops late (issue i at i x op_issue), waiting or not for each forward
+  // router (from its end on, op i is issued at max(i x op_issue + delay, router end + ...)).
+  for (const double op_issue_s : {0.0, 500e-6})
+  for (const bool waits : {false, true}) {
     for (const Plan& plan : {small_moe(), small_pipeline()}) {
       CAPTURE(op_issue_s);
+      CAPTURE(waits);
       CAPTURE(plan.model);
       const Scenario s = test::scenario(plan);
       StepGraph g = build_step_graph(s);
       g.host_op_issue_s = op_issue_s;
+      g.host_waits_for_routing = waits;
       const CostModel cost(s.hardware);
       Engine engine(g, cost);
       EngineOptions o;
@@ -291,6 +295,7 @@ TEST_CASE("an op's start follows from its predecessors' ends: start_of gives eve
       std::vector<ProgramIndex> index;
       for (const Program& p : g.programs) index.emplace_back(p);
       std::vector<std::vector<Picoseconds>> ended(ranks), issue_at(ranks);
+      std::vector<HostDelays> delays(ranks);
       std::vector<std::vector<int32_t>> remaining(ranks);
       RunRecord run;
       run.plan = &g.plan;
@@ -305,7 +310,26 @@ TEST_CASE("an op's start follows from its predecessors' ends: start_of gives eve
         for (size_t i = 0; i < p.ops.size(); ++i) issue_at[rank].push_back(static_cast<Picoseconds>(i) * std::llround(op_issue_s * 1e12));
       }
       for (const ExecRecord& e : r.timeline.records) ended[static_cast<size_t>(e.rank)][e.op] = e.end;
-      for (size_t rank = 0; rank < ranks; ++rank) run.issue_at.push_back(&issue_at[rank]);
+      // The host resumes after each forward router at its end: from the next op on, every issue
+      // moves by the largest such lag so far.
+      int64_t waited = 0;
+      for (size_t rank = 0; rank < ranks; ++rank) {
+        const Program& p = *run.program[rank];
+        delays[rank] = {{0, 0}};
+        for (uint32_t i = 0; waits && i + 1 < p.ops.size(); ++i) {
+          if (p.ops[i].kind != OpKind::router || p.ops[i].phase == Phase::bwd) continue;
+          const Picoseconds lag = ended[rank][i] - issue_at[rank][i + 1];
+          if (lag > delays[rank].back().second) delays[rank].emplace_back(i + 1, lag);
+          ++waited;
+        }
+        run.issue_at.push_back(&issue_at[rank]);
+        run.host_delays.push_back(&delays[rank]);
+      }
+      if (waits && plan.model == small_moe().model) {
+        CHECK(waited > 0);
+        // A host that costs nothing resumes late at every router (a slow one may be behind anyway).
+        if (op_issue_s == 0) CHECK(delays[0].size() > 1);
+      }
       run.ended = &ended;
       run.remaining = &remaining;
       REQUIRE(r.timeline.records.size() > 0);
@@ -318,7 +342,7 @@ TEST_CASE("an op's start follows from its predecessors' ends: start_of gives eve
           CHECK(derived == e.start);
         }
         ++checked;
-        if (op_issue_s > 0 && e.start == issue_at[static_cast<size_t>(e.rank)][e.op] && e.start > 0) ++host_bound;
+        if (op_issue_s > 0 && e.start == issued_at(run, e.rank, e.op) && e.start > 0) ++host_bound;
       }
       CHECK(checked == static_cast<int64_t>(r.timeline.records.size()));
       if (op_issue_s > 0) CHECK(host_bound > 0);  // the host-issue term of start_of is exercised

@@ -176,3 +176,115 @@ TEST_CASE("kernel_issue 0 is op_issue alone, and op_issue 0 with kernel_issue c 
     CHECK(std::string(e.what()).find("op op245 of rank 0 is issued by the host after") != std::string::npos);
   }
 }
+
+namespace {
+
+// One rank: a router of `router_flops` in `phase` on the compute queue, then `n` memory-bound ops
+// after it on the compute queue, then one swap-out on the copy queue that depends on nothing.
+StepGraph router_then(Phase phase, double router_flops, int n, double op_issue_s, bool waits) {
+  StepGraph g;
+  g.plan = ParallelPlan(MeshShape{1, 1, 1, 1, 1, 1});
+  Program p;
+  ProgramWriter w(p);
+  Op router;
+  router.kind = OpKind::router;
+  router.phase = phase;
+  router.m = router.n = router.k = 4096;
+  router.flops = router_flops;
+  w.add(router, "moe.router");
+  Op op;
+  op.kind = OpKind::elementwise;
+  op.phase = phase;
+  op.bytes_read = op.bytes_written = 1e6;
+  for (int i = 0; i < n; ++i) w.add(op, "op" + std::to_string(i));
+  Op swap;
+  swap.kind = OpKind::swap_out;
+  swap.stream = Stream::copy;
+  swap.phase = phase;
+  swap.comm_bytes = 1e6;
+  w.add(swap, "swap");
+  g.programs.push_back(std::move(p));
+  g.tokens_per_micro_batch = 1;
+  g.host_op_issue_s = op_issue_s;
+  g.host_waits_for_routing = waits;
+  return g;
+}
+
+std::vector<ExecRecord> by_op(const StepResult& r) {
+  std::vector<ExecRecord> out(r.timeline.records.size());
+  for (const ExecRecord& e : r.timeline.records) out.at(e.op) = e;
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the host waits for a forward router: what follows is issued from its end, at the host's pace") {
+  const CostModel cost(load_hardware(read_input("h200-hgx", "hardware", "HARDWARE")));
+  // A router far longer than the host's issue of everything after it, and ops shorter than one issue.
+  const int n = 6;
+  const double issue = 200e-6;
+  const StepGraph ahead = router_then(Phase::fwd, 4e15, n, issue, false);
+  const StepGraph waits = router_then(Phase::fwd, 4e15, n, issue, true);
+  const Picoseconds router = ps(cost.kernel_seconds(ahead.programs[0].ops[0]));
+  const Picoseconds d = ps(cost.kernel_seconds(ahead.programs[0].ops[1]));
+  REQUIRE(router > (n + 1) * ps(issue));
+  REQUIRE(d < ps(issue));
+  EngineOptions o;
+  o.record_timeline = true;
+  Engine a_engine(ahead, cost);
+  Engine b_engine(waits, cost);
+  const auto a = by_op(a_engine.run(o));
+  const auto b = by_op(b_engine.run(o));
+  REQUIRE(a.size() == static_cast<size_t>(n + 2));
+  REQUIRE(b.size() == a.size());
+  // Without the wait the host issued everything during the router: its successors run back to back
+  // after it, and the swap on its own queue started at its issue.
+  for (int i = 1; i <= n; ++i) CHECK(a[static_cast<size_t>(i)].start == router + (i - 1) * d);
+  CHECK(a[static_cast<size_t>(n + 1)].start == (n + 1) * ps(issue));
+  // With the wait, op i after the router is issued at router + (i - 1) x issue and starts then (each
+  // op is shorter than an issue); the swap too, though it waits for nothing on the GPU.
+  for (int i = 1; i <= n; ++i) CHECK(b[static_cast<size_t>(i)].start == router + (i - 1) * ps(issue));
+  CHECK(b[static_cast<size_t>(n + 1)].start == router + n * ps(issue));
+  CHECK(b[static_cast<size_t>(n)].end == router + (n - 1) * ps(issue) + d);
+}
+
+TEST_CASE("a recomputed router holds the host as a forward one does; a backward router does not") {
+  const CostModel cost(load_hardware(read_input("h200-hgx", "hardware", "HARDWARE")));
+  EngineOptions o;
+  o.record_timeline = true;
+  for (const Phase phase : {Phase::fwd, Phase::recompute, Phase::bwd}) {
+    CAPTURE(enum_name(phase));
+    // No host cost: only the wait can delay the swap, which depends on nothing.
+    const StepGraph g = router_then(phase, 4e15, 2, 0, true);
+    Engine engine(g, cost);
+    const StepResult r = engine.run(o);
+    const auto rec = by_op(r);
+    const Picoseconds router_end = rec[0].end;
+    REQUIRE(router_end > 0);
+    CHECK(rec[3].start == (phase == Phase::bwd ? 0 : router_end));
+    // The exposed-time split still adds up, and nothing is charged to the host (it cost nothing).
+    CHECK(!exposed_of(r).contains("host"));
+  }
+}
+
+TEST_CASE("host.waits_for_routing reaches an MoE model's graph, and not with capacity padding (static sizes)") {
+  Plan moe;
+  moe.ep = 8;
+  Scenario s = test::scenario(moe);
+  CHECK(!build_step_graph(s).host_waits_for_routing);  // the default
+  s.spec.host.waits_for_routing = true;
+  CHECK(build_step_graph(s).host_waits_for_routing);
+  Plan padded = moe;
+  padded.routing = R"({"capacity_factor": 1.25, "capacity_policy": "pad"})";
+  Scenario p = test::scenario(padded);
+  p.spec.host.waits_for_routing = true;
+  CHECK(!build_step_graph(p).host_waits_for_routing);
+  p.spec.routing.capacity_policy = CapacityPolicy::drop;  // a capacity without padding: sizes still vary
+  CHECK(build_step_graph(p).host_waits_for_routing);
+  Plan dense = moe;
+  dense.model = "llama-3.1-8b";
+  dense.ep = 1;
+  Scenario d = test::scenario(dense);
+  d.spec.host.waits_for_routing = true;
+  CHECK(!build_step_graph(d).host_waits_for_routing);  // no router to wait for
+}

@@ -88,6 +88,7 @@ void check_same_graph(const StepGraph& a, const StepGraph& b, size_t num_samples
   CHECK(a.seq_len == b.seq_len);
   CHECK(same_bits(a.host_op_issue_s, b.host_op_issue_s));
   CHECK(same_bits(a.host_kernel_issue_s, b.host_kernel_issue_s));
+  CHECK(a.host_waits_for_routing == b.host_waits_for_routing);
   REQUIRE(a.routing.has_value() == b.routing.has_value());
   if (a.routing) {
     CHECK(a.routing->num_experts() == b.routing->num_experts());
@@ -308,7 +309,12 @@ TEST_CASE("the host's pace round-trips, each field written only when not 0") {
   CHECK(text.find("\"host_kernel_issue_s\": ") != std::string::npos);
   g.host_op_issue_s = 277.7e-6;
   text = export_graph_json(g);
+  CHECK(text.find("host_waits_for_routing") == std::string::npos);
+  g.host_waits_for_routing = true;
+  text = export_graph_json(g);
+  CHECK(text.find("\"host_waits_for_routing\": true") != std::string::npos);
   const StepGraph back = import_graph_json(text, "g.json");
+  CHECK(back.host_waits_for_routing);
   CHECK(export_graph_json(back) == text);
   check_same_graph(g, back, 3);
 }

@@ -21,28 +21,32 @@ namespace {
 
 Picoseconds ps(double seconds) { return static_cast<Picoseconds>(std::llround(seconds * 1e12)); }
 
-// One rank running `n` copies of one memory-bound kernel on the compute queue.
-StepGraph kernels(int n, double host_op_issue_s) {
+// The step of one rank running program `p`, with the host's pace.
+StepGraph one_rank(Program p, double op_issue_s, double kernel_issue_s = 0) {
   StepGraph g;
   g.plan = ParallelPlan(MeshShape{1, 1, 1, 1, 1, 1});
+  g.programs.push_back(std::move(p));
+  g.tokens_per_micro_batch = 1;
+  g.host_op_issue_s = op_issue_s;
+  g.host_kernel_issue_s = kernel_issue_s;
+  return g;
+}
+
+// One rank running `n` copies of one memory-bound kernel on the compute queue.
+StepGraph kernels(int n, double host_op_issue_s) {
   Program p;
   ProgramWriter w(p);
   Op op;
   op.kind = OpKind::elementwise;
   op.bytes_read = op.bytes_written = 64e6;
   for (int i = 0; i < n; ++i) w.add(op, "op");
-  g.programs.push_back(std::move(p));
-  g.tokens_per_micro_batch = 1;
-  g.host_op_issue_s = host_op_issue_s;
-  return g;
+  return one_rank(std::move(p), host_op_issue_s);
 }
 
 std::map<std::string, Picoseconds> exposed_of(const StepResult& r) { return {r.exposed.begin(), r.exposed.end()}; }
 
 // One rank running a chain of memory-bound ops of these kernel counts on the compute queue.
 StepGraph chain(const std::vector<int32_t>& kernels, double op_issue_s, double kernel_issue_s) {
-  StepGraph g;
-  g.plan = ParallelPlan(MeshShape{1, 1, 1, 1, 1, 1});
   Program p;
   ProgramWriter w(p);
   for (size_t i = 0; i < kernels.size(); ++i) {
@@ -52,11 +56,7 @@ StepGraph chain(const std::vector<int32_t>& kernels, double op_issue_s, double k
     op.num_kernels = kernels[i];
     w.add(op, "op" + std::to_string(i));
   }
-  g.programs.push_back(std::move(p));
-  g.tokens_per_micro_batch = 1;
-  g.host_op_issue_s = op_issue_s;
-  g.host_kernel_issue_s = kernel_issue_s;
-  return g;
+  return one_rank(std::move(p), op_issue_s, kernel_issue_s);
 }
 
 }  // namespace
@@ -182,8 +182,6 @@ namespace {
 // One rank: a router of `router_flops` in `phase` on the compute queue, then `n` memory-bound ops
 // after it on the compute queue, then one swap-out on the copy queue that depends on nothing.
 StepGraph router_then(Phase phase, double router_flops, int n, double op_issue_s, bool waits) {
-  StepGraph g;
-  g.plan = ParallelPlan(MeshShape{1, 1, 1, 1, 1, 1});
   Program p;
   ProgramWriter w(p);
   Op router;
@@ -203,9 +201,7 @@ StepGraph router_then(Phase phase, double router_flops, int n, double op_issue_s
   swap.phase = phase;
   swap.comm_bytes = 1e6;
   w.add(swap, "swap");
-  g.programs.push_back(std::move(p));
-  g.tokens_per_micro_batch = 1;
-  g.host_op_issue_s = op_issue_s;
+  StepGraph g = one_rank(std::move(p), op_issue_s);
   g.host_waits_for_routing = waits;
   return g;
 }

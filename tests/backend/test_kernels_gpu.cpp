@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
 #include <set>
 
@@ -149,16 +150,21 @@ TEST_CASE("GEMM autotuning: the choice is never slower than the heuristic's firs
 
 namespace {
 
-// Runs a grouped GEMM over experts with `rows` tokens each (y_e = x_e w_e^T) and checks it
-// against the reference, expert by expert.
-void check_grouped_gemm(Gemm& gemm, const std::vector<int32_t>& rows, int64_t n, int64_t k, const char* what) {
+using GroupedRun = std::function<void(const std::vector<int32_t>& rows, int64_t n, int64_t k, Trans tb,
+                                       const bf16_bits* x, const bf16_bits* w, bf16_bits* y)>;
+
+// Runs a grouped GEMM over experts with `rows` tokens each (y_e = x_e op(w_e): w_e^T with w_e
+// stored [n, k] for tb transpose, w_e stored [k, n] for none) and checks it against the
+// reference, expert by expert.
+void check_grouped(const GroupedRun& run, const std::vector<int32_t>& rows, int64_t n, int64_t k, Trans tb,
+                   const char* what) {
   const int64_t total = std::accumulate(rows.begin(), rows.end(), int64_t{0});
   const auto x = random_bf16(static_cast<size_t>(total * k));
   const auto w = random_bf16(rows.size() * static_cast<size_t>(n * k));
   auto dx = to_device(x);
   auto dw = to_device(w);
   auto dy = poisoned<bf16_bits>(static_cast<size_t>(total * n));
-  grouped_gemm(gemm, rows, n, k, Trans::transpose, dx.data(), dw.data(), n * k, dy.data(), nullptr);
+  run(rows, n, k, tb, dx.data(), dw.data(), dy.data());
   device_sync();
   std::vector<double> ref, mag;
   int64_t off = 0;
@@ -166,7 +172,7 @@ void check_grouped_gemm(Gemm& gemm, const std::vector<int32_t>& rows, int64_t n,
     const std::span<const bf16_bits> xe(x.data() + off * k, static_cast<size_t>(rows[e] * k));
     const std::span<const bf16_bits> we(w.data() + e * static_cast<size_t>(n * k), static_cast<size_t>(n * k));
     std::vector<double> me;
-    const auto re = ref::gemm(xe, we, rows[e], n, k, false, true, &me);
+    const auto re = ref::gemm(xe, we, rows[e], n, k, false, tb == Trans::transpose, &me);
     ref.insert(ref.end(), re.begin(), re.end());
     mag.insert(mag.end(), me.begin(), me.end());
     off += rows[e];
@@ -175,7 +181,25 @@ void check_grouped_gemm(Gemm& gemm, const std::vector<int32_t>& rows, int64_t n,
              [&](size_t i) { return u16 * std::abs(ref[i]) + 2 * static_cast<double>(k) * u32 * mag[i]; });
 }
 
+void check_grouped_gemm(Gemm& gemm, const std::vector<int32_t>& rows, int64_t n, int64_t k, const char* what) {
+  check_grouped([&](const std::vector<int32_t>& r, int64_t n_, int64_t k_, Trans tb, const bf16_bits* x,
+                    const bf16_bits* w, bf16_bits* y) { grouped_gemm(gemm, r, n_, k_, tb, x, w, n_ * k_, y, nullptr); },
+                rows, n, k, Trans::transpose, what);
+}
+
 }  // namespace
+
+TEST_CASE("cuBLAS's grouped GEMM: both operand layouts, uneven rows, experts with none") {
+  GroupedGemm grouped;
+  const GroupedRun run = [&](const std::vector<int32_t>& r, int64_t n, int64_t k, Trans tb, const bf16_bits* x,
+                             const bf16_bits* w, bf16_bits* y) { grouped.run(r, n, k, tb, x, w, n * k, y, nullptr); };
+  check_grouped(run, {24, 0, 64, 8, 40}, 96, 128, Trans::transpose, "cublas grouped gemm (w^T)");
+  check_grouped(run, {24, 0, 64, 8, 40}, 96, 128, Trans::none, "cublas grouped gemm (w)");
+  // A second call with more groups than the first (the pointer arrays grow) and one with none at all.
+  check_grouped(run, {17, 33, 0, 5, 64, 1, 128, 9}, 256, 384, Trans::transpose, "cublas grouped gemm (grown)");
+  CHECK_NOTHROW(grouped.run(std::vector<int32_t>{0, 0}, 64, 64, Trans::transpose, nullptr, nullptr, 64 * 64, nullptr,
+                            nullptr));  // nothing to launch
+}
 
 TEST_CASE("grouped GEMM: row counts of one power-of-two bucket reuse the tuned choice") {
   Gemm gemm;

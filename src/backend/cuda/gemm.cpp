@@ -214,4 +214,61 @@ void grouped_gemm(Gemm& gemm, std::span<const int32_t> rows, int64_t n, int64_t 
   }
 }
 
+GroupedGemm::GroupedGemm() { MOESIM_CUBLAS_CHECK(cublasCreate(&handle_)); }
+
+GroupedGemm::~GroupedGemm() {
+  if (pointers_) cudaFree(pointers_);
+  if (handle_) cublasDestroy(handle_);
+}
+
+// Row-major C_e [m_e, n] = A_e [m_e, k] op(B_e) is column-major C_e^T [n, m_e] = op(B_e)^T A_e^T,
+// as in Gemm: B_e's row-major storage read column-major is B_e^T, so op(B_e)^T is that storage
+// transposed when tb is transpose (B_e stored [n, k]) and as it is when not (B_e stored [k, n]).
+void GroupedGemm::run(std::span<const int32_t> rows, int64_t n, int64_t k, Trans tb, const bf16_bits* a,
+                      const bf16_bits* b, int64_t b_stride, bf16_bits* c, cudaStream_t stream) {
+  host_pointers_.clear();
+  std::vector<const void*> bs, cs;
+  ta_.clear(), tb_.clear(), m_.clear(), n_.clear(), k_.clear(), lda_.clear(), ldb_.clear(), ldc_.clear();
+  int64_t offset = 0;
+  for (size_t e = 0; e < rows.size(); ++e) {
+    const int64_t m = rows[e];
+    if (m > 0) {
+      host_pointers_.push_back(b + static_cast<int64_t>(e) * b_stride);  // cuBLAS's A: op(B_e)^T
+      bs.push_back(a + offset * k);                                      // cuBLAS's B: A_e^T
+      cs.push_back(c + offset * n);
+      ta_.push_back(tb == Trans::transpose ? CUBLAS_OP_T : CUBLAS_OP_N);
+      tb_.push_back(CUBLAS_OP_N);
+      m_.push_back(static_cast<int>(n));
+      n_.push_back(static_cast<int>(m));
+      k_.push_back(static_cast<int>(k));
+      lda_.push_back(static_cast<int>(tb == Trans::transpose ? k : n));
+      ldb_.push_back(static_cast<int>(k));
+      ldc_.push_back(static_cast<int>(n));
+    }
+    offset += m;
+  }
+  const size_t groups = ta_.size();
+  if (groups == 0) return;
+  sizes_.assign(groups, 1);
+  alpha_.assign(groups, 1.0f);
+  beta_.assign(groups, 0.0f);
+  host_pointers_.insert(host_pointers_.end(), bs.begin(), bs.end());
+  host_pointers_.insert(host_pointers_.end(), cs.begin(), cs.end());
+  if (groups > capacity_) {
+    if (pointers_) MOESIM_CUDA_CHECK(cudaFree(pointers_));
+    pointers_ = nullptr;
+    MOESIM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pointers_), 3 * groups * sizeof(void*)));
+    capacity_ = groups;
+  }
+  // From pageable memory: the call returns once the source is staged, so the vectors may change.
+  MOESIM_CUDA_CHECK(cudaMemcpyAsync(pointers_, host_pointers_.data(), 3 * groups * sizeof(void*),
+                                    cudaMemcpyHostToDevice, stream));
+  MOESIM_CUBLAS_CHECK(cublasSetStream(handle_, stream));
+  MOESIM_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
+      handle_, ta_.data(), tb_.data(), m_.data(), n_.data(), k_.data(), alpha_.data(), pointers_, CUDA_R_16BF,
+      lda_.data(), pointers_ + groups, CUDA_R_16BF, ldb_.data(), beta_.data(),
+      pointers_ + 2 * groups, CUDA_R_16BF, ldc_.data(),
+      static_cast<int>(groups), sizes_.data(), CUBLAS_COMPUTE_32F));
+}
+
 }  // namespace moesim::cuda

@@ -26,6 +26,7 @@
 #include <tuple>
 #include <vector>
 
+#include <cublas_v2.h>
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -94,5 +95,30 @@ class Gemm {
 // calls: correct first; a grouped kernel can replace it behind this signature.
 void grouped_gemm(Gemm& gemm, std::span<const int32_t> rows, int64_t n, int64_t k, Trans tb, const bf16_bits* a,
                   const bf16_bits* b, int64_t b_stride, bf16_bits* c, cudaStream_t stream);
+
+// The same product as grouped_gemm in one call of cuBLAS's grouped GEMM (cublasGemmGroupedBatchedEx,
+// cuBLAS 12.5 and later; FP32 accumulation): one group per expert with rows, nothing tuned. Not
+// used by the executor yet: bench/grouped_gemm_bench times it against the loop. Not thread-safe:
+// one per device and thread.
+class GroupedGemm {
+ public:
+  GroupedGemm();
+  ~GroupedGemm();
+  GroupedGemm(const GroupedGemm&) = delete;
+  GroupedGemm& operator=(const GroupedGemm&) = delete;
+
+  void run(std::span<const int32_t> rows, int64_t n, int64_t k, Trans tb, const bf16_bits* a, const bf16_bits* b,
+           int64_t b_stride, bf16_bits* c, cudaStream_t stream);
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+  void** pointers_ = nullptr;  // device: the A, B and C pointer arrays, `capacity_` each
+  size_t capacity_ = 0;
+  // Host-side arguments of one call, kept to avoid allocating per call.
+  std::vector<const void*> host_pointers_;
+  std::vector<cublasOperation_t> ta_, tb_;
+  std::vector<int> m_, n_, k_, lda_, ldb_, ldc_, sizes_;
+  std::vector<float> alpha_, beta_;
+};
 
 }  // namespace moesim::cuda

@@ -1,8 +1,7 @@
 # SPDX-License-Identifier: MIT
 """PyTorch's grouped GEMM (torch._grouped_mm, BF16) at the shapes of grouped_gemm_bench: 14 experts
 of Kimi K3, forward (y = x W^T) and input-gradient (dx = dy W) layouts, 64 to 8,192 rows per expert.
-Run next to grouped_gemm_bench in the same device call; the two tables are compared in
-docs/calibration/README.md. Timing as reference_bench.time_ms (median of `--repeats` after 2
+Run next to grouped_gemm_bench in the same device call (bench/grouped_gemm_device.sh). Timing as reference_bench.time_ms (median of `--repeats` after 2
 warm-ups, two input sets alternated).
     python3 bench/grouped_gemm_reference.py [--repeats 20] [--out FILE]"""
 import torch

@@ -98,8 +98,8 @@ void grouped_gemm(Gemm& gemm, std::span<const int32_t> rows, int64_t n, int64_t 
 
 // The same product as grouped_gemm in one call of cuBLAS's grouped GEMM (cublasGemmGroupedBatchedEx,
 // cuBLAS 12.5 and later; FP32 accumulation): one group per expert with rows, nothing tuned. Not
-// used by the executor yet: bench/grouped_gemm_bench times it against the loop. Not thread-safe:
-// one per device and thread.
+// used by the executor yet: grouped_gemm_bench (bench/grouped_gemm_device.sh) times it against
+// the loop. Not thread-safe: one per device and thread.
 class GroupedGemm {
  public:
   GroupedGemm();

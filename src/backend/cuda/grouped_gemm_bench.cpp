@@ -3,7 +3,8 @@
 // (grouped_gemm) and one call of cuBLAS's grouped GEMM (GroupedGemm). 14 experts (one EP64 rank of
 // Kimi K3) at K3's expert shapes, forward (y = x W^T) and input-gradient (dx = dy W) layouts, from
 // 64 to 8,192 rows per expert; median of 20 timed calls after 3 warm-ups (timer.hpp), inputs
-// rotated over two sets. Prints a markdown table (docs/calibration/README.md records the runs).
+// rotated over two sets. Prints a markdown table; bench/grouped_gemm_device.sh runs it next to
+// torch._grouped_mm (bench/grouped_gemm_reference.py).
 //   grouped_gemm_bench [--quick]
 #include <cstdio>
 #include <cstring>

@@ -17,7 +17,7 @@ import os
 
 import torch
 
-from reference_bench import time_ms
+from reference_bench import emit, time_ms
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
@@ -85,10 +85,7 @@ def main():
         table += (f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:.3f} | {r[5]:.0f} | {r[6]:.3f} | {r[7]:.0f} "
                   f"| {r[8]:.3f} | {r[9]:.3f} |\n")
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, median of {args.repeats}")
-    print(table, end="")
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(table)
+    emit(table, args.out)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ warm-ups, two input sets alternated).
     python3 bench/grouped_gemm_reference.py [--repeats 20] [--out FILE]"""
 import torch
 
-from reference_bench import arguments, time_ms
+from reference_bench import arguments, emit, time_ms
 
 EXPERTS, LATENT, WIDTH = 14, 3584, 3072
 SHAPES = [("gate|up fwd", 2 * WIDTH, LATENT, True), ("down fwd", LATENT, WIDTH, True), ("down dx", WIDTH, LATENT, False)]
@@ -32,11 +32,7 @@ def main():
             ms = time_ms(lambda i: torch._grouped_mm(sets[i % 2][0], sets[i % 2][1], offs=offs), 2, args.repeats)
             flops = 2.0 * rows * EXPERTS * n * k
             lines.append(f"| {name} | {rows} | {n} | {k} | {ms * 1e3:.1f} | {flops / (ms * 1e-3) / 1e12:.1f} |")
-    text = "\n".join(lines) + "\n"
-    print(text, end="")
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    emit("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":

@@ -76,7 +76,12 @@ def write_table(rows, out):
     table = "| kernel | shape | median ms | model TFLOP | TFLOP/s |\n|---|---|---|---|---|\n"
     for name, shape, ms, flops in rows:
         table += f"| {name} | {shape} | {ms:.3f} | {flops / 1e12:.3f} | {flops / (ms * 1e-3) / 1e12:.1f} |\n"
-    sys.stdout.write(table)
+    emit(table, out)
+
+
+def emit(text, out):
+    """Prints `text` and writes it to `out` when given."""
+    sys.stdout.write(text)
     if out:
         with open(out, "w") as fh:
-            fh.write(table)
+            fh.write(text)

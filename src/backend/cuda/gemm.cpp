@@ -226,34 +226,35 @@ GroupedGemm::~GroupedGemm() {
 // transposed when tb is transpose (B_e stored [n, k]) and as it is when not (B_e stored [k, n]).
 void GroupedGemm::run(std::span<const int32_t> rows, int64_t n, int64_t k, Trans tb, const bf16_bits* a,
                       const bf16_bits* b, int64_t b_stride, bf16_bits* c, cudaStream_t stream) {
-  host_pointers_.clear();
-  std::vector<const void*> bs, cs;
-  ta_.clear(), tb_.clear(), m_.clear(), n_.clear(), k_.clear(), lda_.clear(), ldb_.clear(), ldc_.clear();
+  const auto groups = static_cast<size_t>(std::count_if(rows.begin(), rows.end(), [](int32_t m) { return m > 0; }));
+  if (groups == 0) return;
+  // The pointer arrays, each `groups` long: cuBLAS's A (op(B_e)^T), B (A_e^T) and C (C_e^T).
+  host_pointers_.resize(3 * groups);
+  n_.clear();
   int64_t offset = 0;
+  size_t g = 0;
   for (size_t e = 0; e < rows.size(); ++e) {
     const int64_t m = rows[e];
     if (m > 0) {
-      host_pointers_.push_back(b + static_cast<int64_t>(e) * b_stride);  // cuBLAS's A: op(B_e)^T
-      bs.push_back(a + offset * k);                                      // cuBLAS's B: A_e^T
-      cs.push_back(c + offset * n);
-      ta_.push_back(tb == Trans::transpose ? CUBLAS_OP_T : CUBLAS_OP_N);
-      tb_.push_back(CUBLAS_OP_N);
-      m_.push_back(static_cast<int>(n));
+      host_pointers_[g] = b + static_cast<int64_t>(e) * b_stride;
+      host_pointers_[groups + g] = a + offset * k;
+      host_pointers_[2 * groups + g] = c + offset * n;
       n_.push_back(static_cast<int>(m));
-      k_.push_back(static_cast<int>(k));
-      lda_.push_back(static_cast<int>(tb == Trans::transpose ? k : n));
-      ldb_.push_back(static_cast<int>(k));
-      ldc_.push_back(static_cast<int>(n));
+      ++g;
     }
     offset += m;
   }
-  const size_t groups = ta_.size();
-  if (groups == 0) return;
+  // Everything but the rows is the same for every expert.
+  ta_.assign(groups, tb == Trans::transpose ? CUBLAS_OP_T : CUBLAS_OP_N);
+  tb_.assign(groups, CUBLAS_OP_N);
+  m_.assign(groups, static_cast<int>(n));
+  k_.assign(groups, static_cast<int>(k));
+  lda_.assign(groups, static_cast<int>(tb == Trans::transpose ? k : n));
+  ldb_.assign(groups, static_cast<int>(k));
+  ldc_.assign(groups, static_cast<int>(n));
   sizes_.assign(groups, 1);
   alpha_.assign(groups, 1.0f);
   beta_.assign(groups, 0.0f);
-  host_pointers_.insert(host_pointers_.end(), bs.begin(), bs.end());
-  host_pointers_.insert(host_pointers_.end(), cs.begin(), cs.end());
   if (groups > capacity_) {
     if (pointers_) MOESIM_CUDA_CHECK(cudaFree(pointers_));
     pointers_ = nullptr;
@@ -266,9 +267,8 @@ void GroupedGemm::run(std::span<const int32_t> rows, int64_t n, int64_t k, Trans
   MOESIM_CUBLAS_CHECK(cublasSetStream(handle_, stream));
   MOESIM_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
       handle_, ta_.data(), tb_.data(), m_.data(), n_.data(), k_.data(), alpha_.data(), pointers_, CUDA_R_16BF,
-      lda_.data(), pointers_ + groups, CUDA_R_16BF, ldb_.data(), beta_.data(),
-      pointers_ + 2 * groups, CUDA_R_16BF, ldc_.data(),
-      static_cast<int>(groups), sizes_.data(), CUBLAS_COMPUTE_32F));
+      lda_.data(), pointers_ + groups, CUDA_R_16BF, ldb_.data(), beta_.data(), pointers_ + 2 * groups, CUDA_R_16BF,
+      ldc_.data(), static_cast<int>(groups), sizes_.data(), CUBLAS_COMPUTE_32F));
 }
 
 }  // namespace moesim::cuda

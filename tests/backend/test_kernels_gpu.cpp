@@ -181,9 +181,9 @@ void check_grouped(const GroupedRun& run, const std::vector<int32_t>& rows, int6
              [&](size_t i) { return u16 * std::abs(ref[i]) + 2 * static_cast<double>(k) * u32 * mag[i]; });
 }
 
-void check_grouped_gemm(Gemm& gemm, const std::vector<int32_t>& rows, int64_t n, int64_t k, const char* what) {
+void check_expert_loop(Gemm& gemm, const std::vector<int32_t>& rows, int64_t n, int64_t k, const char* what) {
   check_grouped([&](const std::vector<int32_t>& r, int64_t n_, int64_t k_, Trans tb, const bf16_bits* x,
-                    const bf16_bits* w, bf16_bits* y) { grouped_gemm(gemm, r, n_, k_, tb, x, w, n_ * k_, y, nullptr); },
+                    const bf16_bits* w, bf16_bits* y) { expert_gemm_loop(gemm, r, n_, k_, tb, x, w, n_ * k_, y, nullptr); },
                 rows, n, k, Trans::transpose, what);
 }
 
@@ -201,20 +201,38 @@ TEST_CASE("cuBLAS's grouped GEMM: both operand layouts, uneven rows, experts wit
                             nullptr));  // nothing to launch
 }
 
-TEST_CASE("grouped GEMM: row counts of one power-of-two bucket reuse the tuned choice") {
+TEST_CASE("expert GEMM loop: row counts of one power-of-two bucket reuse the tuned choice") {
   Gemm gemm;
   const int64_t n = 256, k = 384;
   for (const std::vector<int32_t>& rows : {std::vector<int32_t>{40, 64, 33}, std::vector<int32_t>{50, 0, 63, 57}}) {
-    check_grouped_gemm(gemm, rows, n, k, "grouped gemm (bucketed choice)");
+    check_expert_loop(gemm, rows, n, k, "expert loop (bucketed choice)");
     for (const int32_t r : rows) {
       if (r > 0) CHECK(gemm.chosen_heuristic_index({r, n, k, Trans::none, Trans::transpose, OutType::bf16}) >= 0);
     }
   }
 }
 
-TEST_CASE("grouped GEMM: uneven rows per expert, an expert with none") {
+TEST_CASE("expert GEMM loop: uneven rows per expert, an expert with none") {
   Gemm gemm;
-  check_grouped_gemm(gemm, {24, 0, 64, 8, 40}, 96, 128, "grouped gemm");
+  check_expert_loop(gemm, {24, 0, 64, 8, 40}, 96, 128, "expert loop");
+}
+
+TEST_CASE("grouped GEMM: the faster way is chosen on a key's first run and kept for the key") {
+  Gemm gemm;
+  const GroupedRun run = [&](const std::vector<int32_t>& r, int64_t n, int64_t k, Trans tb, const bf16_bits* x,
+                             const bf16_bits* w, bf16_bits* y) { grouped_gemm(gemm, r, n, k, tb, x, w, n * k, y, nullptr); };
+  const std::vector<int32_t> first{24, 0, 64, 8, 40}, same_key{30, 0, 0, 40, 20, 45};  // 4 experts, mean 34 -> 64
+  CHECK(gemm.expert_way(first, 96, 128, Trans::transpose) == Gemm::ExpertWay::undecided);
+  check_grouped(run, first, 96, 128, Trans::transpose, "grouped gemm, first run of the key (w^T)");
+  const Gemm::ExpertWay way = gemm.expert_way(first, 96, 128, Trans::transpose);
+  CHECK(way != Gemm::ExpertWay::undecided);
+  CHECK(gemm.expert_way(same_key, 96, 128, Trans::transpose) == way);
+  check_grouped(run, same_key, 96, 128, Trans::transpose, "grouped gemm, the key's choice reused");
+  CHECK(gemm.expert_way(same_key, 96, 128, Trans::none) == Gemm::ExpertWay::undecided);  // another layout, another key
+  check_grouped(run, first, 96, 128, Trans::none, "grouped gemm (w)");
+  CHECK(gemm.expert_way(first, 96, 128, Trans::none) != Gemm::ExpertWay::undecided);
+  CHECK_NOTHROW(grouped_gemm(gemm, std::vector<int32_t>{0, 0}, 64, 64, Trans::transpose, nullptr, nullptr, 64 * 64,
+                             nullptr, nullptr));  // no rows: nothing to launch or time
 }
 
 TEST_CASE("RMSNorm forward and backward") {

@@ -17,6 +17,12 @@
 // choice is cached per shape with m rounded up to a power of two: the first m of a bucket is tuned,
 // later m in the bucket reuse that algorithm (when cuBLASLt accepts it for the exact shape; else
 // the heuristic's first for that m).
+//
+// Expert GEMMs (grouped_gemm) run two ways: a loop of those cuBLASLt calls, one per expert, or one
+// call of cuBLAS's grouped GEMM (GroupedGemm). The first run of a key - (n, k, layout, experts with
+// rows, their mean rows rounded up to a power of two) - times both by the same convention and keeps
+// the faster: few rows per expert leave the loop's launches exposed, many leave cuBLASLt's tuned
+// kernels ahead. Under capture the loop runs and nothing is cached.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +39,8 @@
 #include "backend/cuda/bf16.hpp"
 
 namespace moesim::cuda {
+
+class GroupedGemm;
 
 enum class Trans : uint8_t { none, transpose };
 enum class OutType : uint8_t { bf16, fp32 };
@@ -73,6 +81,13 @@ class Gemm {
   int chosen_heuristic_index(const GemmShape& s);
   static constexpr int kMaxAlgorithms = 8;
 
+  // Expert GEMMs by the faster of the two ways (see the top of this file and grouped_gemm below).
+  enum class ExpertWay : int8_t { undecided = -1, loop = 0, grouped = 1 };
+  void experts(std::span<const int32_t> rows, int64_t n, int64_t k, Trans tb, const bf16_bits* a, const bf16_bits* b,
+               int64_t b_stride, bf16_bits* c, cudaStream_t stream);
+  // The way experts() runs these rows and shape: undecided before their key's first run.
+  ExpertWay expert_way(std::span<const int32_t> rows, int64_t n, int64_t k, Trans tb) const;
+
  private:
   struct Plan;
   Plan& plan(const GemmShape& s);
@@ -87,19 +102,29 @@ class Gemm {
   std::map<decltype(GemmShape{}.key()), std::unique_ptr<Plan>> plans_;
   // Grouped GEMMs' choices per shape with m rounded up to a power of two.
   std::map<decltype(GemmShape{}.key()), cublasLtMatmulAlgo_t> bucket_choice_;
+  // experts(): cuBLAS's grouped call (made on first use) and the way chosen per key.
+  using ExpertKey = std::tuple<int64_t, int64_t, Trans, int64_t, int64_t>;
+  static ExpertKey expert_key(std::span<const int32_t> rows, int64_t n, int64_t k, Trans tb);
+  std::unique_ptr<GroupedGemm> grouped_;
+  std::map<ExpertKey, ExpertWay> expert_way_;
 };
 
 // Expert GEMMs over rows grouped by expert (permute_plan's order): for each expert e with
 // rows[e] > 0, C_e = op(A_e) op(B_e) with A_e the rows [offset_e, offset_e + rows[e]) of A (k
-// columns), B_e = B + e * b_stride elements, C_e the same rows of C (n columns). A loop of cuBLASLt
-// calls: correct first; a grouped kernel can replace it behind this signature.
+// columns), B_e = B + e * b_stride elements, C_e the same rows of C (n columns). What the executor
+// runs: Gemm::experts, the faster of expert_gemm_loop and GroupedGemm for the shape.
 void grouped_gemm(Gemm& gemm, std::span<const int32_t> rows, int64_t n, int64_t k, Trans tb, const bf16_bits* a,
                   const bf16_bits* b, int64_t b_stride, bf16_bits* c, cudaStream_t stream);
 
+// The same product as a loop of Gemm::run calls, one per expert with rows (each autotuned per
+// m rounded up to a power of two).
+void expert_gemm_loop(Gemm& gemm, std::span<const int32_t> rows, int64_t n, int64_t k, Trans tb, const bf16_bits* a,
+                      const bf16_bits* b, int64_t b_stride, bf16_bits* c, cudaStream_t stream);
+
 // The same product as grouped_gemm in one call of cuBLAS's grouped GEMM (cublasGemmGroupedBatchedEx,
-// cuBLAS 12.5 and later; FP32 accumulation): one group per expert with rows, nothing tuned. Not
-// used by the executor yet: grouped_gemm_bench (bench/grouped_gemm_device.sh) times it against
-// the loop. Not thread-safe: one per device and thread.
+// cuBLAS 12.5 and later; FP32 accumulation): one group per expert with rows, nothing tuned.
+// grouped_gemm_bench (bench/grouped_gemm_device.sh) times it against the loop. Not thread-safe:
+// one per device and thread.
 class GroupedGemm {
  public:
   GroupedGemm();

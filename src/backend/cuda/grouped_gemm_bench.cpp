@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Expert GEMMs two ways on one GPU, in one run: the executor's loop of autotuned cuBLASLt calls
-// (grouped_gemm) and one call of cuBLAS's grouped GEMM (GroupedGemm). 14 experts (one EP64 rank of
+// Expert GEMMs two ways on one GPU, in one run: a loop of autotuned cuBLASLt calls
+// (expert_gemm_loop) and one call of cuBLAS's grouped GEMM (GroupedGemm), and which of them the
+// executor's grouped_gemm chose for the shape (Gemm::experts, timed on its first run). 14 experts (one EP64 rank of
 // Kimi K3) at K3's expert shapes, forward (y = x W^T) and input-gradient (dx = dy W) layouts, from
 // 64 to 8,192 rows per expert; median of 20 timed calls after 3 warm-ups (timer.hpp), inputs
 // rotated over two sets. Prints a markdown table; bench/grouped_gemm_device.sh runs it next to
@@ -41,8 +42,8 @@ int main(int argc, char** argv) {
   fill_uniform(x.data(), static_cast<int64_t>(x.size()), 12, -1.0f, 1.0f, stream);
   Gemm gemm;
   GroupedGemm grouped;
-  std::printf("| shape | rows/expert | n | k | loop of cuBLASLt: us | TFLOP/s | cuBLAS grouped: us | TFLOP/s | grouped / loop |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| shape | rows/expert | n | k | loop of cuBLASLt: us | TFLOP/s | cuBLAS grouped: us | TFLOP/s | grouped / loop | executor's choice |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Shape& s : shapes) {
     for (const int32_t rows : per_expert) {
       const std::vector<int32_t> counts(kExperts, rows);
@@ -54,16 +55,18 @@ int main(int argc, char** argv) {
         });
       };
       const Timing loop = time([&](const bf16_bits* xs, const bf16_bits* ws) {
-        grouped_gemm(gemm, counts, s.n, s.k, s.tb, xs, ws, s.n * s.k, y.data(), stream);
+        expert_gemm_loop(gemm, counts, s.n, s.k, s.tb, xs, ws, s.n * s.k, y.data(), stream);
       });
       const Timing one = time([&](const bf16_bits* xs, const bf16_bits* ws) {
         grouped.run(counts, s.n, s.k, s.tb, xs, ws, s.n * s.k, y.data(), stream);
       });
+      grouped_gemm(gemm, counts, s.n, s.k, s.tb, x.data(), w.data(), s.n * s.k, y.data(), stream);
+      const bool chose_grouped = gemm.expert_way(counts, s.n, s.k, s.tb) == Gemm::ExpertWay::grouped;
       const double flops = 2.0 * static_cast<double>(rows) * kExperts * static_cast<double>(s.n * s.k);
-      std::printf("| %s | %d | %lld | %lld | %.1f | %.1f | %.1f | %.1f | %.3f |\n", s.name, rows,
+      std::printf("| %s | %d | %lld | %lld | %.1f | %.1f | %.1f | %.1f | %.3f | %s |\n", s.name, rows,
                   static_cast<long long>(s.n), static_cast<long long>(s.k), loop.median_s * 1e6,
                   flops / loop.median_s / 1e12, one.median_s * 1e6, flops / one.median_s / 1e12,
-                  one.median_s / loop.median_s);
+                  one.median_s / loop.median_s, chose_grouped ? "grouped" : "loop");
       std::fflush(stdout);
     }
   }

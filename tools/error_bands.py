@@ -19,8 +19,11 @@ PUBLISHED_BASIS = "published training runs"
 def published_runs():
     cases = {c["id"]: c for c in json.load(open(os.path.join(ROOT, "tests/validation/cases.json")))}
     by_hw = collections.defaultdict(list)
+    section = None
     for line in open(os.path.join(ROOT, "docs/validation/published.md")):
-        if not line.startswith("| ["):
+        if line.startswith("## "):
+            section = line[3:].strip()
+        if section != "Cases" or not line.startswith("| ["):  # the step-time table only
             continue
         cells = [c.strip() for c in line.split("|")[1:-1]]
         case_id = re.match(r"\[([^\]]+)\]", cells[0]).group(1)

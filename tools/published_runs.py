@@ -9,9 +9,10 @@ compare the predicted step time with the published one.
 Prints a table (id | group | split | published s | predicted s | error %, error = (pred - pub) / pub)
 and the mean absolute percentage error (MAPE) per group, per group x split and overall; then, for the
 cases that also publish a peak device memory (`published.memory`), predicted against published memory
-and its MAPE (group "memory").
+and its MAPE (group "memory"); then the per-layer checks of tests/validation/layers.json (tools/layer_checks.py:
+a layer's or pipeline stage's forward and backward against published layer times) and their MAPE (group "layer").
 --write   writes the markdown page (reproducible: no date, the moesim version string).
---record  writes {"dense": MAPE, "moe": MAPE, "memory": MAPE} to the ratchet file.
+--record  writes {"dense": MAPE, "moe": MAPE, "memory": MAPE, "layer": MAPE} to the ratchet file.
 --check   exits 1 when a group's MAPE (or the memory MAPE) exceeds the ratchet by more than 2 points, or when the page
           (--page, default docs/validation/published.md) differs from what --write would produce.
 A case whose simulation fails is an error (exit 1) that names it. Every case is simulated with
@@ -25,12 +26,15 @@ import os
 import subprocess
 import sys
 
+import layer_checks
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = os.path.join(ROOT, "tests", "validation", "cases.json")
+LAYER_CASES = os.path.join(ROOT, "tests", "validation", "layers.json")
 EXCLUDED = os.path.join(ROOT, "tests", "validation", "excluded.json")
 PAGE = os.path.join(ROOT, "docs", "validation", "published.md")
 GROUPS = ("dense", "moe")
-RATCHETED = GROUPS + ("memory",)
+RATCHETED = GROUPS + ("memory", "layer")
 GIB = 2.0 ** 30
 # What a published memory figure counts, and the part of moesim's peak HBM it excludes:
 # allocator_reserved is PyTorch's caching-allocator peak (torch.cuda.memory_stats()
@@ -81,10 +85,9 @@ def simulate(moesim, scenario):
         return None, [f"bad JSON: {e}"]
 
 
-def run_all(moesim, cases, jobs, base):
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(simulate, moesim, os.path.join(base, c["scenario"])) for c in cases]
-        outcomes = [f.result() for f in futures]
+def run_all(moesim, cases, pool, base):
+    futures = [pool.submit(simulate, moesim, os.path.join(base, c["scenario"])) for c in cases]
+    outcomes = [f.result() for f in futures]
     results, failures = [], []
     for c, (out, err) in zip(cases, outcomes):
         if out is None:
@@ -126,8 +129,8 @@ def memory_rows(results):
     return [dict(r["memory"], case=r["case"]) for r in results if r["memory"] is not None]
 
 
-def summary(results):
-    s = {"all": mape(results), "memory": mape(memory_rows(results))}
+def summary(results, layer_rows):
+    s = {"all": mape(results), "memory": mape(memory_rows(results)), "layer": mape(layer_rows)}
     for g in GROUPS:
         s[g] = mape([r for r in results if r["case"]["group"] == g])
         for sp in SPLITS:
@@ -148,7 +151,7 @@ def fmt_s(v):
     return f"{v:.3f}" if v < 100 else f"{v:.1f}"
 
 
-def text_table(results, s):
+def text_table(results, s, layer_rows):
     w = max(len(r["case"]["id"]) for r in results)
     lines = [f"{'id':<{w}}  {'group':<5}  {'split':<7}  {'published s':>11}  {'predicted s':>11}  {'error %':>8}"]
     for r in results:
@@ -168,6 +171,14 @@ def text_table(results, s):
         for m in mem:
             lines.append(f"{m['case']['id']:<{w}}  {m['published']:>13.1f}  {m['predicted']:>13.1f}  {100 * m['error']:>+8.1f}")
         lines.append(f"MAPE of the peak memory: {fmt_pct(s['memory'])} ({len(mem)} cases)")
+    if layer_rows:
+        lw = max(len(r["case"]["id"]) for r in layer_rows)
+        lines.append("")
+        lines.append(f"{'per-layer case':<{lw}}  {'measure':<10}  {'published ms':>12}  {'predicted ms':>12}  {'error %':>8}")
+        for r in layer_rows:
+            lines.append(f"{r['case']['id']:<{lw}}  {r['measure']:<10}  {r['published']:>12.3f}  {r['predicted']:>12.3f}  "
+                         f"{100 * r['error']:>+8.1f}")
+        lines.append(f"MAPE of the per-layer measures: {fmt_pct(s['layer'])} ({len(layer_rows)} measures)")
     return "\n".join(lines) + "\n"
 
 
@@ -230,7 +241,7 @@ communicators' buffers): persistent state, transient tensors and the allocator r
 placement (docs/modelling.md#memory). Error = (predicted - published) / published."""
 
 
-def page(results, s, version, excluded):
+def page(results, s, version, excluded, layer_rows):
     out = []
     out.append("# Validation against published training runs")
     out.append("")
@@ -252,6 +263,10 @@ def page(results, s, version, excluded):
                + " | ".join(f"{fmt_pct(mape([r for r in results if r['case']['split'] == sp]))} ({count(results, split=sp)})"
                             for sp in SPLITS) + " |")
     out.append("")
+    if layer_rows:
+        out.append(f"Per-layer checks (a layer's or pipeline stage's forward and backward against published layer times): "
+                   f"MAPE {fmt_pct(s['layer'])} over {len(layer_rows)} measures, [below](#per-layer-checks).")
+        out.append("")
     out.append("What moved each group's recorded MAPE, with its date, is the ratchet history in tests/validation/README.md.")
     out.append("")
     out.append("## Cases")
@@ -287,6 +302,8 @@ def page(results, s, version, excluded):
             out.append(f"| {m['case']['id']} | {m['published']:.1f} | {m['predicted']:.1f} | {100 * m['error']:+.1f} | "
                        f"{m['capacity']:.1f} | {parts} |")
         out.append("")
+    if layer_rows:
+        out.extend(layer_checks.section(layer_rows, s["layer"], fmt_pct))
     out.append("## How cases are expressed")
     out.append("")
     out.append(EXPRESSED)
@@ -335,6 +352,7 @@ def main():
     ap.add_argument("--record", metavar="RATCHET", help="write the per-group MAPE to the ratchet")
     ap.add_argument("--page", default=PAGE, help="the page --check compares (default docs/validation/published.md)")
     ap.add_argument("--cases", default=CASES, help=argparse.SUPPRESS)
+    ap.add_argument("--layer-cases", default=LAYER_CASES, help=argparse.SUPPRESS)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="simulations run at once")
     args = ap.parse_args()
     cases_path = os.path.abspath(args.cases)
@@ -344,16 +362,19 @@ def main():
         cases = load_cases(cases_path)
         with open(EXCLUDED) as f:
             excluded = json.load(f)
-        results, failures = run_all(moesim, cases, max(1, args.jobs), os.path.dirname(cases_path))
+        layer_cases = layer_checks.load(args.layer_cases)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            results, failures = run_all(moesim, cases, pool, os.path.dirname(cases_path))
+            layer_rows = layer_checks.run(moesim, layer_cases, os.path.dirname(os.path.abspath(args.layer_cases)), pool)
         if failures:
             for msg in failures:
                 print(f"published_runs: {msg}", file=sys.stderr)
             return 1
-        s = summary(results)
-        sys.stdout.write(text_table(results, s))
+        s = summary(results, layer_rows)
+        sys.stdout.write(text_table(results, s, layer_rows))
         print(f"published_runs: {len(results)} cases simulated in {sum(r['sim_wall_s'] for r in results):.1f} s "
               "(sum of sim_wall_s)", file=sys.stderr)
-        text = page(results, s, version, excluded)
+        text = page(results, s, version, excluded, layer_rows)
         if args.write:
             os.makedirs(os.path.dirname(os.path.abspath(args.write)), exist_ok=True)
             with open(args.write, "w") as f:
@@ -386,7 +407,7 @@ def main():
                       "with tools/published_runs.py MOESIM --write docs/validation/published.md", file=sys.stderr)
                 status = 1
         return status
-    except (Failure, OSError, json.JSONDecodeError) as e:
+    except (Failure, layer_checks.LayerCaseError, OSError, json.JSONDecodeError) as e:
         print(f"published_runs: {e}", file=sys.stderr)
         return 1
 

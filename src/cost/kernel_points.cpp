@@ -91,13 +91,15 @@ std::vector<KernelPoint> read_points(const Reader& r, const json& set, const std
   if (seconds_col.has_value() == throughput_col.has_value()) r.fail(path + "/columns", "needs one of 'seconds' and 'flops_per_s'");
 
   // Attention: the shapes shared by every row of the set.
-  double heads = 0, dqk = 0, dv = 0, tokens = 0, counted = 2;
+  double heads = 0, dqk = 0, dv = 0, tokens = 0, batch_fixed = 0, counted = 2;
   bool causal = false, backward = false;
   if (kind == "attention") {
     heads = r.positive(set, path, "heads");
     dqk = r.positive(set, path, "head_dim");
     dv = set.contains("head_dim_v") ? r.positive(set, path, "head_dim_v") : dqk;
     if (set.contains("tokens")) tokens = r.positive(set, path, "tokens");
+    if (set.contains("batch")) batch_fixed = r.positive(set, path, "batch");
+    if (tokens > 0 && batch_fixed > 0) r.fail(path + "/batch", "give tokens (a fixed batch x seq) or batch, not both");
     if (set.contains("backward_flops_counted")) counted = r.positive(set, path, "backward_flops_counted");
     const json& c = r.member(set, path, "causal");
     if (!c.is_boolean()) r.fail(path + "/causal", "must be true or false");
@@ -127,7 +129,7 @@ std::vector<KernelPoint> read_points(const Reader& r, const json& set, const std
       p.flops = published_flops = 2 * rows_per_group * at(need("groups")) * at(need("n")) * at(need("k"));
     } else {
       const double seq = at(need("seq"));
-      const double batch = tokens > 0 ? tokens / seq : 1;
+      const double batch = tokens > 0 ? tokens / seq : batch_fixed > 0 ? batch_fixed : 1;
       const double pairs_published = seq * (causal ? seq / 2 : seq);
       const double pairs = seq * (causal ? (seq + 1) / 2 : seq);
       const double per_pair = 2 * batch * heads * (dqk + dv);
@@ -194,8 +196,8 @@ KernelPointsFile load_kernel_points(const InputText& input) {
     for (size_t k = 0; k < sets.size(); ++k) {
       const std::string sp = path + "/sets/" + std::to_string(k);
       const json& s = r.object(sets[k], sp,
-                               {"source", "kind", "columns", "rows", "phase", "causal", "tokens", "heads", "head_dim",
-                                "head_dim_v", "backward_flops_counted"});
+                               {"source", "kind", "columns", "rows", "phase", "causal", "tokens", "batch", "heads",
+                                "head_dim", "head_dim_v", "backward_flops_counted"});
       const std::string kind = r.text(s, sp, "kind");
       if (kind != "gemm" && kind != "grouped_gemm" && kind != "attention") {
         r.fail(sp + "/kind", "must be gemm, grouped_gemm or attention");

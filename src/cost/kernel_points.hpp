@@ -11,7 +11,8 @@
 //   grouped_gemm  columns rows_per_group, groups, n, k and flops_per_s or seconds:
 //                 F = 2 rows groups n k, x = rows per group
 //   attention     columns seq and flops_per_s or seconds, with heads, head_dim (head_dim_v,
-//                 default head_dim), tokens (batch x seq, default seq: batch 1), causal, phase
+//                 default head_dim), tokens (a fixed batch x seq) or batch (a fixed number of
+//                 sequences; neither: batch 1), causal, phase
 //                 (forward | backward): F = 2 b seq heads (head_dim + head_dim_v) keys, keys =
 //                 (seq + 1) / 2 causal or seq, doubled for a backward (the cost model's counts,
 //                 docs/modelling.md); x = seq. A published throughput is turned into a time with the

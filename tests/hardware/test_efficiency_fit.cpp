@@ -110,6 +110,33 @@ TEST_CASE("published rows become the cost model's FLOPs and the publisher's time
   }
 }
 
+TEST_CASE("an attention set of a fixed batch counts every sequence of it") {
+  const KernelPointsFile file = load_kernel_points(read_input("hardware/efficiency/kernel-points.json", "hardware", "POINTS"));
+  int seen = 0;
+  for (const CurveFitSpec& spec : file.fits) {
+    if (spec.hardware != "gb200-nvl72" || spec.curve.rfind("attention", 0) != 0) continue;
+    // cudnn-frontend on a GB200: Llama 3.1's 64 heads of 128, batch 2, seq 2048, causal; 0.125 ms forward,
+    // 0.382 ms backward; the backward counted as two forwards (the cost model's count).
+    const KernelPoint p = spec.sets.front().points.front();
+    const double forward = 2.0 * 2 * 2048 * 64 * 256 * (2049.0 / 2);
+    CHECK(p.x == 2048);
+    CHECK(p.flops == doctest::Approx(spec.curve == "attention" ? forward : 2 * forward).epsilon(1e-12));
+    CHECK(p.seconds == doctest::Approx(spec.curve == "attention" ? 0.125e-3 : 0.382e-3).epsilon(1e-12));
+    ++seen;
+  }
+  CHECK(seen == 2);
+  const std::string head = R"({"format": "moesim-kernel-points", "version": 1, "sources": {"s": {"title": "t", "url": "u", "locator": "l", "conditions": "c"}}, "fits": [{"hardware": "h100-hgx", "curve": "attention", "dtype": "bf16", "sets": [{"source": "s", "kind": "attention", "phase": "forward", "causal": true, "heads": 2, "head_dim": 64, )";
+  const std::string tail = R"("columns": ["seq", "seconds"], "rows": [[1024, 0.001]]}]}]})";
+  const auto load = [](const std::string& text) { return load_kernel_points(InputText{"points.json", text, false}); };
+  CHECK(load(head + R"("batch": 3, )" + tail).fits[0].points()[0].flops == doctest::Approx(2.0 * 3 * 1024 * 2 * 128 * 1025 / 2));
+  try {
+    load(head + R"("batch": 3, "tokens": 4096, )" + tail);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK(e.path() == "/fits/0/sets/0/batch");
+  }
+}
+
 TEST_CASE("every fitted curve in the hardware files is the fit of its cited kernel measurements") {
   const KernelPointsFile file = load_kernel_points(read_input("hardware/efficiency/kernel-points.json", "hardware", "POINTS"));
   REQUIRE(file.fits.size() >= 9);

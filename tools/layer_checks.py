@@ -4,12 +4,15 @@ the simulator's times of the same ops are compared, which isolates the compute (
 communication inside a layer) from the rest of the step.
 
 Each case names a scenario, the rank, the transformer layers (first and last, inclusive; as the trace
-numbers them) and the micro-batch to read, and one or more published measures in milliseconds:
-  fwd         span of those layers' forward ops (first start to last end, every stream of the rank)
-  bwd         span of their backward ops
+numbers them) and the micro-batch to read, and one or more published measures in milliseconds, each the
+time those ops occupy the rank: the union of their intervals over all its streams (so a wait between
+them, for a pipeline receive or the host, is not counted, and overlapped ops count once):
+  fwd         the layers' forward ops
+  bwd         their backward ops, recomputed forward ops included (a framework runs them inside its
+              backward)
   fwd+bwd     fwd + bwd
-  bwd_input   span of their backward ops without the deferred weight gradients (`.wgrad`, ZB-H1)
-  bwd_weight  summed time of the deferred weight-gradient ops (they run apart, in the bubbles)
+  bwd_input   bwd without the deferred weight gradients (`.wgrad`, ZB-H1)
+  bwd_weight  the deferred weight-gradient ops (they run apart, in the bubbles)
 Pipeline sends and receives are left out (a source's stage times do not count them). The times come from
 `moesim simulate SCENARIO --steps 1 --distinct-ranks --trace FILE`.
 Python 3 standard library only.
@@ -62,26 +65,30 @@ def measure_ms(events, case, measure):
     mine = [e for e in events if first <= e["args"].get("layer", -1) <= last and e["args"].get("micro") == case["micro"]
             and e.get("cat") not in P2P]
 
-    def span(selected):
+    def busy(selected):
         if not selected:
             raise LayerCaseError(f"case {case['id']}: no {measure} ops of layers {first}-{last}, micro-batch "
                                  f"{case['micro']} on rank {case['rank']}")
-        return (max(e["ts"] + e["dur"] for e in selected) - min(e["ts"] for e in selected)) / 1e3  # us -> ms
+        total, end = 0.0, float("-inf")
+        for start, stop in sorted((e["ts"], e["ts"] + e["dur"]) for e in selected):
+            total += max(0.0, stop - max(start, end))
+            end = max(end, stop)
+        return total / 1e3  # us -> ms
 
     fwd = [e for e in mine if e["args"].get("phase") == "fwd"]
-    bwd = [e for e in mine if e["args"].get("phase") == "bwd"]
+    bwd = [e for e in mine if e["args"].get("phase") in ("bwd", "recompute")]
     wgrad = [e for e in bwd if e["name"].endswith(".wgrad")]
     if measure == "fwd":
-        return span(fwd)
+        return busy(fwd)
     if measure == "bwd":
-        return span(bwd)
+        return busy(bwd)
     if measure == "fwd+bwd":
-        return span(fwd) + span(bwd)
+        return busy(fwd) + busy(bwd)
     if measure == "bwd_input":
-        return span([e for e in bwd if not e["name"].endswith(".wgrad")])
+        return busy([e for e in bwd if not e["name"].endswith(".wgrad")])
     if not wgrad:
         raise LayerCaseError(f"case {case['id']}: no deferred weight-gradient ops (a schedule that splits them: zb_h1)")
-    return sum(e["dur"] for e in wgrad) / 1e3
+    return busy(wgrad)
 
 
 def simulate_case(moesim, case, base):
@@ -110,8 +117,8 @@ def run(moesim, cases, base, pool):
 
 SECTION = """\
 Where a source times one transformer layer, or one pipeline stage, by itself, the simulator's time of the
-same ops is compared: the span of the layer's (or stage's) forward ops and of its backward ops on the
-named rank, one micro-batch, pipeline sends and receives left out (tools/layer_checks.py has the
+same ops is compared: the time the layer's (or stage's) forward ops and its backward ops occupy the
+named rank (the union of their intervals), one micro-batch, pipeline sends and receives left out (tools/layer_checks.py has the
 measures; tests/validation/layers.json the cases, their assumptions and deviations). These isolate the
 kernels and the tensor-parallel communication inside a layer from the rest of the step. Error =
 (predicted - published) / published; the MAPE is over every measure below (group `layer` of the

@@ -29,6 +29,9 @@ struct LayerContext {
   GroupKind expert_tp_group = GroupKind::tp;  // the group the routed experts' TP collectives use
   bool sequence_parallel = false;
   TpCommOverlap tp_comm_overlap = TpCommOverlap::none;  // none unless sequence parallel with tp > 1
+  // Sequence parallel: the TP regions' all-gathers run again in the backward rather than their
+  // outputs being kept (parallel.tp.sp_backward_input gather_again).
+  bool sp_gather_again = false;
   int64_t experts_per_rank = 0;
   Dtype act = Dtype::bf16;      // activations
   Dtype compute = Dtype::bf16;  // matmul inputs of the linear layers

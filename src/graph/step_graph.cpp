@@ -125,6 +125,7 @@ class StepBuilder {
     c_.expert_tp_group = plan.expert_tp_group();
     c_.sequence_parallel = p.tp.sequence_parallel && c_.tp > 1;
     c_.tp_comm_overlap = c_.sequence_parallel ? p.tp.comm_overlap : TpCommOverlap::none;
+    c_.sp_gather_again = c_.sequence_parallel && p.tp.sp_backward_input == SpBackwardInput::gather_again;
     c_.experts_per_rank = m_.moe ? plan.experts_per_rank(m_.moe->num_experts) : 0;
     c_.act = spec_.training.precision.activations;
     c_.cp_query_heads = p.cp_kv_heads == CpKvHeads::query;

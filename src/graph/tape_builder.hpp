@@ -198,6 +198,8 @@ class TapeBuilder {
     if (c_.sequence_parallel) {
       const int gathered = communicate(OpKind::all_gather, r.group, name + prefix(r) + "all_gather", x,
                                        matrix_desc(r.rows, d, c_.act), bytes_of(elements(r.rows, d), c_.act));
+      // Megatron-LM and Transformer Engine keep the shard and gather it again for the weight gradient.
+      t_.mutable_ops().back().rerun_for_backward = c_.sp_gather_again;
       if (r.comm_overlap != TpCommOverlap::none) {
         overlapped_gathers_[gathered] = OverlappedGather{x, r.degree, r.comm_overlap};
       }

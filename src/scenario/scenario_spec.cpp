@@ -136,6 +136,11 @@ void declare_fields(F& f, TensorParallelSpec& s) {
              "that takes each step's rows as they arrive (ByteDance's Flux, MegaScale). A projection of a gathered "
              "input computes all but the last step's rows while the gather is in flight; one that is "
              "reduce-scattered sends its first step's rows while it computes the rest. Needs sequence_parallel.");
+  f.optional("sp_backward_input", s.sp_backward_input, SpBackwardInput::gather_again,
+             "With sequence_parallel, what a projection of an all-gathered input keeps of it for its weight "
+             "gradient: gather_again, its rank's sequence shard, all-gathered again in the backward (Megatron-LM's "
+             "linear layers, Transformer Engine: the activation memory of Korthikanti et al. 2022); keep_gathered, "
+             "the gathered input itself (PyTorch DTensor's sequence parallelism, as torchtitan runs it).");
 }
 
 template <class F>

@@ -201,10 +201,16 @@ enum class TpCommOverlap {
   fused     // one GEMM kernel that waits for each step's tiles (ByteDance's Flux, MegaScale)
 };
 
+// What a column-parallel projection keeps of its sequence-parallel all-gathered input for the
+// weight gradient: its rank's sequence shard, gathered again in the backward (Megatron-LM's
+// linear layers, Transformer Engine), or the gathered tensor itself (PyTorch DTensor, torchtitan).
+enum class SpBackwardInput { gather_again, keep_gathered };
+
 struct TensorParallelSpec {
   int64_t degree = 1;
   bool sequence_parallel = true;
   TpCommOverlap comm_overlap = TpCommOverlap::none;
+  SpBackwardInput sp_backward_input = SpBackwardInput::gather_again;
 };
 
 struct PipelineSpec {
@@ -474,6 +480,14 @@ struct EnumNames<OffloadKind> {
       {"parameters", OffloadKind::parameters},
   }};
 };
+template <>
+struct EnumNames<SpBackwardInput> {
+  static constexpr std::array<std::pair<std::string_view, SpBackwardInput>, 2> names{{
+      {"gather_again", SpBackwardInput::gather_again},
+      {"keep_gathered", SpBackwardInput::keep_gathered},
+  }};
+};
+
 template <>
 struct EnumNames<TpCommOverlap> {
   static constexpr std::array<std::pair<std::string_view, TpCommOverlap>, 3> names{{

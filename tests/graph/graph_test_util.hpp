@@ -25,6 +25,7 @@ struct Plan {
   std::string ep_dispatch = "direct";
   bool sp = true;
   std::string tp_comm_overlap = "none";  // parallel.tp.comm_overlap
+  std::string sp_backward_input;         // parallel.tp.sp_backward_input; empty: left out (the default)
   int64_t pp = 1;
   std::string schedule = "1f1b";
   int64_t virtual_stages = 1;
@@ -120,7 +121,8 @@ inline Scenario scenario(const Plan& p) {
           (p.overlap_param_gather ? "" : R"(, "overlap_param_gather": false)") +
           R"(}, "ep": )" + std::to_string(p.ep) + R"(, "tp": {"degree": )" + std::to_string(p.tp) +
           R"(, "sequence_parallel": )" + (p.sp ? "true" : "false") +
-          (p.tp_comm_overlap != "none" ? R"(, "comm_overlap": ")" + p.tp_comm_overlap + "\"" : std::string()) + "}" +
+          (p.tp_comm_overlap != "none" ? R"(, "comm_overlap": ")" + p.tp_comm_overlap + "\"" : std::string()) +
+          (p.sp_backward_input.empty() ? std::string() : R"(, "sp_backward_input": ")" + p.sp_backward_input + "\"") + "}" +
           (p.etp > 0 ? R"(, "expert_tensor_parallel": )" + std::to_string(p.etp) : std::string()) +
           R"(, "ep_dispatch": ")" + p.ep_dispatch + "\"" +
           R"(, "pp": {"stages": )" + std::to_string(p.pp) +

@@ -511,3 +511,72 @@ TEST_CASE("context parallelism: ring attention exchanges keys and values again f
     check_invariants(g);
   }
 }
+
+namespace {
+
+// Layer 1, micro-batch 0: the dense TP regions' all-gathers (not the reduce-scatters' adjoints in the
+// backward) by phase, and the bytes of the buffers alive from the layer's forward into its backward
+// (allocated in the forward, freed in the backward).
+struct SpGathers {
+  std::vector<Phase> phases;
+  std::vector<double> bytes;
+  double held_into_backward = 0;
+};
+SpGathers sp_gathers(const StepGraph& g) {
+  SpGathers out;
+  const Program& prog = g.programs[0];
+  std::map<uint32_t, Phase> allocated_in;
+  for (const Op& op : prog.ops) {
+    if (op.layer != 1 || op.micro != 0) continue;
+    if (op.group == GroupKind::tp && op.kind == OpKind::all_gather && prog.name_of(op).find("reduce_scatter") == std::string::npos) {
+      out.phases.push_back(op.phase);
+      out.bytes.push_back(op.comm_bytes);
+    }
+    for (const MemEffect& e : prog.effects_of(op)) {
+      if (e.action == MemAction::alloc) allocated_in[e.buffer] = op.phase;
+      if (e.action == MemAction::free && allocated_in.contains(e.buffer) && allocated_in[e.buffer] == Phase::fwd &&
+          op.phase == Phase::bwd) {
+        out.held_into_backward += prog.buffers[e.buffer].bytes;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("sequence parallelism: Megatron's projections gather their input again for the weight gradient") {
+  // Llama 3.1 8B (hidden 4,096) over TP 4 with sequence parallelism, 4,096 tokens: each TP region's
+  // all-gather makes 4,096 x 4,096 BF16 from a 1,024-row shard.
+  Plan p;
+  p.model = "llama-3.1-8b";
+  p.devices = 4;
+  p.shard = 1;
+  p.tp = 4;
+  p.global_batch = 1;
+  const double gathered = 4096.0 * 4096 * 2;
+  const Phase fwd = Phase::fwd, bwd = Phase::bwd;
+
+  const StepGraph again = build_step_graph(test::scenario(p));
+  p.sp_backward_input = "keep_gathered";
+  const StepGraph kept = build_step_graph(test::scenario(p));
+  const SpGathers a = sp_gathers(again), k = sp_gathers(kept);
+  // Two regions a layer (attention, FFN): gathered in the forward; again before their backward.
+  CHECK(a.phases == std::vector<Phase>{fwd, fwd, bwd, bwd});
+  CHECK(k.phases == std::vector<Phase>{fwd, fwd});
+  for (double b : a.bytes) CHECK(b == doctest::Approx(gathered));
+  // What the layer holds from forward to backward: each region's shard instead of its gathered input.
+  CHECK(k.held_into_backward - a.held_into_backward == doctest::Approx(2 * gathered * (1 - 1.0 / 4)));
+  check_invariants(again);
+  check_invariants(kept);
+
+  SUBCASE("full recompute gathers three times, as Megatron's linear layers do under it") {
+    // The recomputed forward gathers, and its projections again keep only the shard.
+    p.sp_backward_input = "";
+    p.recompute = "full";
+    const Phase re = Phase::recompute;
+    CHECK(sp_gathers(build_step_graph(test::scenario(p))).phases == std::vector<Phase>{fwd, fwd, re, re, bwd, bwd});
+    p.sp_backward_input = "keep_gathered";
+    CHECK(sp_gathers(build_step_graph(test::scenario(p))).phases == std::vector<Phase>{fwd, fwd, re, re});
+  }
+}

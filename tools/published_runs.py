@@ -205,7 +205,10 @@ How plans are expressed:
   torchtitan's TP plan); expert tensor parallelism (MoE parallel folding) in
   `/parallel/expert_tensor_parallel`, EP carved out of shard x cp x tp / etp. TP communication
   overlap where the source turns it on: `tp.comm_overlap` chunked for Megatron's --tp-comm-overlap
-  (Transformer Engine userbuffers) and torchtitan's AsyncTP, fused for MegaScale's.
+  (Transformer Engine userbuffers) and torchtitan's AsyncTP, fused for MegaScale's. A projection of a
+  sequence-parallel gathered input keeps the shard and gathers it again for its weight gradient in
+  Megatron-LM and Transformer Engine (`tp.sp_backward_input` gather_again, the default) and keeps the
+  gathered input in torchtitan (keep_gathered).
 - Pipelines: 1F1B or interleaved 1F1B with the published virtual stages; uneven layer layouts in
   `pp.layers_per_chunk`, as the framework splits them (torchtitan's generated split points, Megatron's
   --pipeline-model-parallel-layout or its embedding/loss accounting).

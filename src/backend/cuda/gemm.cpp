@@ -107,6 +107,14 @@ int64_t round_up_pow2(int64_t v) {
   return r;
 }
 
+// Timed runs for about half a millisecond of a candidate that takes `per_run_s` a run (5 to 50): a
+// small GEMM takes a few microseconds, where five runs would let event resolution and jitter choose.
+int timed_repeats(double per_run_s) {
+  constexpr double kBudget = 5e-4;
+  if (!std::isfinite(per_run_s)) per_run_s = kBudget / 5;
+  return static_cast<int>(std::clamp(std::ceil(kBudget / std::max(per_run_s, 1e-7)), 5.0, 50.0));
+}
+
 // Frees the saved copy of C however tuning ends.
 struct SavedOutput {
   void* bytes = nullptr;
@@ -167,13 +175,9 @@ void Gemm::tune(Plan& p, const GemmShape& s, const void* a, const void* b, void*
       });
       return ok ? t.median_s : std::numeric_limits<double>::infinity();
     };
-    // Enough timed runs for about half a millisecond per algorithm: a small GEMM takes a few
-    // microseconds, where five runs would let event resolution and jitter pick the algorithm. The
-    // device itself says how long a run takes: one timed run of the heuristic's first.
+    // The device itself says how long a run takes: one timed run of the heuristic's first.
     constexpr int kWarmup = 2;
-    const double probe_s = trial_s(0, 1, 1);
-    const double per_run_s = std::isfinite(probe_s) ? probe_s : 5e-4 / 5;
-    const int num_timed = static_cast<int>(std::clamp(std::ceil(5e-4 / std::max(per_run_s, 1e-7)), 5.0, 50.0));
+    const int num_timed = timed_repeats(trial_s(0, 1, 1));
     double best_s = std::numeric_limits<double>::infinity();
     int best = -1;
     for (size_t i = 0; i < p.algos.size(); ++i) {
@@ -250,8 +254,7 @@ void Gemm::experts(std::span<const int32_t> rows, int64_t n, int64_t k, Trans tb
     if (capture != cudaStreamCaptureStatusNone || std::get<3>(key) == 0) return loop();  // nothing timed or to time
     // Both ways by the tuning convention (C is only written: trials need no saved copy). The
     // loop's warm-ups tune its per-expert algorithms first; one timed run sizes the repeats.
-    const double probe_s = time_on_stream(stream, 2, 1, [&](int) { loop(); }).median_s;
-    const int repeats = static_cast<int>(std::clamp(std::ceil(5e-4 / std::max(probe_s, 1e-7)), 5.0, 50.0));
+    const int repeats = timed_repeats(time_on_stream(stream, 2, 1, [&](int) { loop(); }).median_s);
     const double loop_s = time_on_stream(stream, 1, repeats, [&](int) { loop(); }).median_s;
     // cuBLAS may refuse the grouped call for a shape (a status, not a sticky CUDA error): the loop then.
     double grouped_s = std::numeric_limits<double>::infinity();

@@ -19,12 +19,19 @@ CONSTANTS_HEADER = "| hardware | field | published | of |"
 APPENDIX = "## Every point"
 
 
-def run(fit, points):
-    args = [fit, "--points"] if points else [fit]
-    return subprocess.run(args, check=True, capture_output=True, text=True).stdout
+def is_curve_heading(line):
+    """The line that opens a curve's table of points in fit_efficiency's --points output."""
+    return bool(line) and not line.startswith("|") and "(max " in line and line.endswith(")")
 
 
-def splice(page, tables, appendix):
+def tool_output(fit):
+    """fit_efficiency --points, split into its tables (fits, residuals, constants) and its points."""
+    lines = subprocess.run([fit, "--points"], check=True, capture_output=True, text=True).stdout.split("\n")
+    first = next(i for i, l in enumerate(lines) if is_curve_heading(l))
+    return "\n".join(lines[:first]), lines[first:]
+
+
+def splice(page, tables, points):
     lines = page.split("\n")
     start = next(i for i, l in enumerate(lines) if l.startswith(FITS_HEADER))
     constants = next(i for i, l in enumerate(lines) if i > start and l.startswith(CONSTANTS_HEADER))
@@ -34,12 +41,9 @@ def splice(page, tables, appendix):
     lines[start:end] = tables.strip("\n").split("\n")
 
     heading = lines.index(APPENDIX)
-    # The appendix's prose runs up to the first curve heading, the tool's first non-table line.
-    first_curve = next(i for i, l in enumerate(lines) if i > heading and l and not l.startswith("|")
-                       and "(max " in l and l.endswith(")"))
-    tables_out = appendix.split("\n")
-    first_out = next(i for i, l in enumerate(tables_out) if "(max " in l and l.endswith(")"))
-    lines[first_curve:] = tables_out[first_out:]
+    # The appendix's prose runs up to its first curve heading.
+    first_curve = next(i for i, l in enumerate(lines) if i > heading and is_curve_heading(l))
+    lines[first_curve:] = points
     text = "\n".join(lines)
     return text if text.endswith("\n") else text + "\n"
 
@@ -51,7 +55,7 @@ def main():
     ap.add_argument("--check", action="store_true")
     a = ap.parse_args()
     page = open(a.page, encoding="utf-8").read()
-    new = splice(page, run(a.fit, False), run(a.fit, True))
+    new = splice(page, *tool_output(a.fit))
     if a.check:
         if new != page:
             print(f"{a.page} is stale: run tools/efficiency_page.py", file=sys.stderr)
